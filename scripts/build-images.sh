@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the project's local images once per content: Docker Hub is unreachable here, so every
+# image starts from a Debian base made with debootstrap and imported into the engine.
+#   vdf-base:debian12 / vdf-base:debian13   minbase root file systems (cached as tarballs)
+#   vdf-target:debian12 / vdf-target:debian13   systemd hosts Molecule and the demo use as rigs
+#   vdf-vllm-double:latest   the vLLM image double (when molecule/images/vllm-double exists)
+# An image whose inputs did not change since it was built is kept (label vdf.inputs = hash).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CACHE="${VDF_CACHE:-${HOME}/.cache/vllm-dual-fast}"
+mkdir -p "${CACHE}/rootfs"
+
+mirror_uri() {
+  local uri
+  uri="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+inputs_hash() {  # hash of every file under the given folders, names included
+  (cd "${ROOT}" && find "$@" -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16
+}
+
+image_is_current() {  # image, wanted hash
+  [ "$(docker image inspect -f '{{ index .Config.Labels "vdf.inputs" }}' "$1" 2>/dev/null)" = "$2" ]
+}
+
+build_base() {  # suite tag
+  local suite="$1" tag="$2" tarball="${CACHE}/rootfs/${1}-minbase.tar"
+  if docker image inspect "${tag}" >/dev/null 2>&1; then return 0; fi
+  if [ ! -s "${tarball}" ]; then
+    local dir; dir="$(mktemp -d)"
+    echo "build-images: debootstrap ${suite} (cached afterwards in ${tarball})"
+    debootstrap --variant=minbase "${suite}" "${dir}" "$(mirror_uri)" >"${CACHE}/rootfs/${suite}.log" 2>&1
+    tar -C "${dir}" -cf "${tarball}.part" . && mv "${tarball}.part" "${tarball}"
+    rm -rf "${dir}"
+  fi
+  docker import "${tarball}" "${tag}" >/dev/null
+  echo "build-images: ${tag} imported"
+}
+
+build_image() {  # tag context base-tag
+  local tag="$1" context="$2" base="$3" hash
+  hash="$(inputs_hash "${context}")-$(docker image inspect -f '{{.Id}}' "${base}" | cut -c8-19)"
+  if image_is_current "${tag}" "${hash}"; then echo "build-images: ${tag} is current"; return 0; fi
+  echo "build-images: building ${tag}"
+  DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=${base}" --label "vdf.inputs=${hash}" -t "${tag}" "${ROOT}/${context}" >/dev/null
+}
+
+command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get -q -y install debootstrap >/dev/null
+
+for suite in ${VDF_SUITES:-bookworm trixie}; do
+  case "${suite}" in bookworm) n=12 ;; trixie) n=13 ;; *) echo "unknown suite ${suite}" >&2; exit 1 ;; esac
+  build_base "${suite}" "vdf-base:debian${n}"
+  build_image "vdf-target:debian${n}" molecule/images/target "vdf-base:debian${n}"
+done
+if [ -d "${ROOT}/molecule/images/vllm-double" ]; then
+  build_image vdf-vllm-double:latest molecule/images/vllm-double vdf-base:debian13
+fi

@@ -1,0 +1,40 @@
+# One entry point for newcomers and CI. `make test` sets everything up from a fresh machine
+# (virtualenv, Docker engine, local images) and runs lint, pytest and the Molecule scenarios.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3.11
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+SCENARIOS ?= default validation
+
+.PHONY: setup venv engine images lint pytest molecule test demo demo-clean
+
+setup: venv engine images
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements-dev.txt requirements-test.txt
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r requirements-dev.txt -r requirements-test.txt
+	touch $@
+
+engine:
+	./scripts/docker-engine.sh
+
+images: engine
+	./scripts/build-images.sh
+
+lint: venv
+	ruff check .
+	yamllint -s .
+	ansible-lint --profile production
+
+pytest: venv images
+	pytest
+
+molecule: venv images
+	for s in $(SCENARIOS); do echo "== molecule test -s $$s"; molecule test -s $$s; done
+
+test: setup lint pytest molecule

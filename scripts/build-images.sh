@@ -6,16 +6,13 @@
 #   vdf-vllm-double:latest   the vLLM image double (when molecule/images/vllm-double exists)
 # An image whose inputs did not change since it was built is kept (label vdf.inputs = hash).
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE="${VDF_CACHE:-${HOME}/.cache/vllm-dual-fast}"
 mkdir -p "${CACHE}/rootfs"
 
-mirror_uri() {
-  local uri
-  uri="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
-  echo "${uri:-http://deb.debian.org/debian}"
-}
 
 inputs_hash() {  # hash of every file under the given folders, names included
   (cd "${ROOT}" && find "$@" -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16

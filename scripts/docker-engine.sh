@@ -5,6 +5,8 @@
 # so Debian 13's docker.io (with Compose v2 as a CLI plugin) is installed through a private APT
 # configuration that leaves the machine's own sources alone.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 STATE_DIR="${VDF_STATE_DIR:-/var/lib/vllm-dual-fast-dev}"
 LOG="${STATE_DIR}/dockerd.log"
@@ -12,14 +14,9 @@ APT_DIR="${STATE_DIR}/apt"
 
 engine_answers() { timeout 5 docker info >/dev/null 2>&1; }
 
-mirror_uri() {
-  # The archive mirror this machine is configured with; fall back to the canonical name.
-  awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null \
-    || true
-}
 
 install_engine() {
-  local mirror; mirror="$(mirror_uri)"; mirror="${mirror:-http://deb.debian.org/debian}"
+  local mirror; mirror="$(mirror_uri)"
   mkdir -p "${APT_DIR}/lists/partial" "${APT_DIR}/cache/archives/partial" "${APT_DIR}/sources"
   cat >"${APT_DIR}/sources/debian.sources" <<SRC
 Types: deb

@@ -1,0 +1,375 @@
+"""`vllm serve` of the vLLM test double: real HTTP, fake engine, and the issue #40756 crash.
+
+Endpoints (http.server, one thread per request): GET /health (200 once listening, as vLLM),
+GET /version, GET /v1/models, POST /v1/chat/completions (OpenAI-shaped, non-streaming, usage
+counted as whitespace words). `/v1/...` needs `Authorization: Bearer KEY` when --api-key or env
+VLLM_API_KEY is set (401 otherwise), as vLLM.
+
+The crash (vllm issue #40756, what the project patches): when speculative decoding is on
+(--speculative-config with num_speculative_tokens >= 1), --max-num-seqs >= 4 (unset counts as
+vLLM's default, 256) and FlashInfer's decode.py still allocates its plan buffer with
+pin_memory=True (see flashinfer_check; judged once at start, when real vLLM imports FlashInfer),
+the moment 4 chat requests are in flight together the process prints the CUDA error to stderr
+and exits 1 (os._exit), as the engine does. Anything else keeps serving.
+
+Every start is recorded (argv, parsed flags, environment, FlashInfer state, crash decision) in
+$VLLM_DOUBLE_STATE_DIR (default /var/lib/vllm-double): last-start.json (0600) and one JSON line
+per start in starts.log. It holds the environment as given, secrets included: test data only.
+
+Knobs for tests (env): VLLM_DOUBLE_STARTUP_S (delay before listening, default 1),
+VLLM_DOUBLE_LATENCY_S (per request, default 0.3), VLLM_DOUBLE_TOKEN_S (per token, default 0.005),
+VLLM_DOUBLE_CRASH_INFLIGHT (default 4), VLLM_DOUBLE_FAULTS: comma list of KIND or KIND@N (N-th
+chat request, 1-based) with KIND one of http-500, empty-content, zero-usage, never-healthy.
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from vllm import __version__
+from vllm._double import flashinfer_check, hf_cli
+
+CRASH_LINES = (
+    "ERROR [core.py] EngineCore encountered a fatal error.",
+    "Traceback (most recent call last):",
+    '  File "/usr/local/lib/python3/dist-packages/vllm/v1/engine/core.py", line 701, '
+    "in run_engine_core",
+    "    engine_core.run_busy_loop()",
+    '  File "/usr/local/lib/python3/dist-packages/vllm/v1/spec_decode/eagle.py", line 288, '
+    "in propose",
+    "    self.attn_metadata_builder.build_for_drafting(...)",
+    "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.",
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+    "ERROR [async_llm.py] AsyncLLM output_handler failed. EngineCore died unexpectedly.",
+    "vllm-double: simulated vllm issue #40756 (pinned FlashInfer plan buffer, MTP, "
+    "{n} requests in flight); exiting 1",
+)
+WORDS = ("the quick brown fox jumps over the lazy dog while the double answers "
+         "every request with a short and plain reply").split()
+DEFAULT_MAX_NUM_SEQS = 256
+
+
+def log(message: str) -> None:
+    print(f"INFO {time.strftime('%m-%d %H:%M:%S')} [vllm-double] {message}", flush=True)
+
+
+def env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def parse_faults(text: str) -> dict:
+    """'http-500@2,never-healthy' -> {'http-500': {2}, 'never-healthy': None} (None: always)."""
+    faults = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        kind, _, nth = item.partition("@")
+        if nth:
+            current = faults.get(kind, set())
+            if current is not None:
+                current.add(int(nth))
+            faults[kind] = current
+        else:
+            faults[kind] = None
+    return faults
+
+
+def state_dir() -> str:
+    return os.environ.get("VLLM_DOUBLE_STATE_DIR", "/var/lib/vllm-double")
+
+
+def record_start(record: dict) -> None:
+    """Writes last-start.json (0600) and appends to starts.log; warns when it cannot."""
+    directory = state_dir()
+    try:
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, "last-start.json")
+        fd = os.open(path + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=2, sort_keys=True, default=str)
+        os.replace(path + ".part", path)
+        fd = os.open(os.path.join(directory, "starts.log"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as f:
+            f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+    except OSError as exc:
+        log(f"WARNING could not record the start in {directory}: {exc}")
+
+
+def speculative_tokens(args) -> int:
+    config = args.speculative_config or {}
+    n = config.get("num_speculative_tokens") or 0
+    return n if isinstance(n, int) else 0
+
+
+def crash_decision(args, decode: dict) -> dict:
+    """Whether this start will crash at c>=4, and why (recorded and logged)."""
+    max_num_seqs = args.max_num_seqs if args.max_num_seqs is not None else DEFAULT_MAX_NUM_SEQS
+    crash_at = int(env_float("VLLM_DOUBLE_CRASH_INFLIGHT", 4))
+    spec = speculative_tokens(args)
+    reasons = {
+        "speculative_decoding": spec >= 1,
+        "max_num_seqs_at_least_crash_inflight": max_num_seqs >= crash_at,
+        "flashinfer_decode_pinned": decode.get("state") == "pinned",
+    }
+    return {"armed": all(reasons.values()), "crash_inflight": crash_at,
+            "num_speculative_tokens": spec, "max_num_seqs": max_num_seqs, "reasons": reasons}
+
+
+def count_tokens(messages) -> int:
+    total = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+        total += len(str(content or "").split()) + 4
+    return total
+
+
+class Engine:
+    """Shared state of one double server: names, keys, in-flight count, crash rule, faults."""
+
+    def __init__(self, served_names, api_keys, crash_armed=False, crash_inflight=4,
+                 reasoning=False, max_model_len=None, root=None):
+        self.served_names = list(served_names)
+        self.root = root or self.served_names[0]
+        self.api_keys = [k for k in api_keys if k]
+        self.crash_armed = crash_armed
+        self.crash_inflight = crash_inflight
+        self.reasoning = reasoning
+        self.max_model_len = max_model_len
+        self.latency_s = env_float("VLLM_DOUBLE_LATENCY_S", 0.3)
+        self.token_s = env_float("VLLM_DOUBLE_TOKEN_S", 0.005)
+        self.faults = parse_faults(os.environ.get("VLLM_DOUBLE_FAULTS", ""))
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.requests = 0
+        self.crash = self._crash
+
+    def fault(self, kind: str, ordinal: int = 0) -> bool:
+        if kind not in self.faults:
+            return False
+        ordinals = self.faults[kind]
+        return ordinals is None or ordinal in ordinals
+
+    def _crash(self, n: int) -> None:
+        sys.stdout.flush()
+        for line in CRASH_LINES:
+            sys.stderr.write(line.format(n=n) + "\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+    def completion(self, body: dict) -> tuple:
+        """(status, payload) for one chat completion; may crash the process."""
+        model = body.get("model")
+        if model not in self.served_names:
+            return 404, error_body(f"The model `{model}` does not exist.", "NotFoundError", 404)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return 400, error_body("messages: a non-empty list is required", "BadRequestError")
+        if body.get("stream"):
+            return 400, error_body("vllm-double serves no streams", "BadRequestError")
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 16
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            return 400, error_body("max_tokens must be a positive integer", "BadRequestError")
+        with self.lock:
+            self.requests += 1
+            self.in_flight += 1
+            ordinal, in_flight = self.requests, self.in_flight
+        try:
+            if self.crash_armed and in_flight >= self.crash_inflight:
+                self.crash(in_flight)
+            reasoning_tokens = min(max_tokens, 8) if self.reasoning else 0
+            answer_tokens = min(max_tokens - reasoning_tokens, 12)
+            time.sleep(self.latency_s + self.token_s * (reasoning_tokens + answer_tokens))
+            if self.fault("http-500", ordinal):
+                return 500, error_body("vllm-double: injected fault http-500",
+                                       "InternalServerError", 500)
+            content = " ".join(WORDS[:answer_tokens]) if answer_tokens else None
+            reasoning = " ".join(WORDS[-reasoning_tokens:]) if reasoning_tokens else None
+            if self.fault("empty-content", ordinal):
+                content, reasoning, answer_tokens, reasoning_tokens = "", None, 0, 0
+            completion_tokens = answer_tokens + reasoning_tokens
+            prompt_tokens = count_tokens(messages)
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                     "total_tokens": prompt_tokens + completion_tokens}
+            if self.fault("zero-usage", ordinal):
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0,
+                         "total_tokens": prompt_tokens}
+            message = {"role": "assistant", "content": content, "tool_calls": []}
+            if self.reasoning:
+                message["reasoning_content"] = reasoning
+                message["reasoning"] = reasoning
+            return 200, {
+                "id": f"chatcmpl-double-{ordinal}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": ("length" if completion_tokens >= max_tokens
+                                               else "stop")}],
+                "usage": usage,
+            }
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [
+            {"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+             "root": self.root, "parent": None, "max_model_len": self.max_model_len}
+            for name in self.served_names]}
+
+
+def error_body(message: str, kind: str, code: int = 400) -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "vllm-double"
+    engine: Engine = None  # set on the subclass make_server builds
+
+    def log_message(self, format, *args):  # noqa: A002 (http.server's signature)
+        sys.stdout.write(f'INFO:     {self.client_address[0]} - "{self.requestline}" '
+                         f"{args[1] if len(args) > 1 else ''}\n")
+        sys.stdout.flush()
+
+    def send_json(self, status: int, payload) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def authorised(self) -> bool:
+        keys = self.engine.api_keys
+        if not keys or not self.path.startswith("/v1"):
+            return True
+        header = self.headers.get("Authorization", "")
+        if header.startswith("Bearer ") and header[len("Bearer "):] in keys:
+            return True
+        self.send_json(401, {"error": "Unauthorized"})
+        return False
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            if self.engine.fault("never-healthy"):
+                self.send_json(503, {"error": "vllm-double: injected fault never-healthy"})
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif path == "/version":
+            self.send_json(200, {"version": __version__})
+        elif path == "/v1/models":
+            if self.authorised():
+                self.send_json(200, self.engine.models())
+        else:
+            self.send_json(404, {"detail": "Not Found"})
+
+    def do_POST(self):  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path != "/v1/chat/completions":
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        if not self.authorised():
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("expected a JSON object")
+        except ValueError as exc:
+            self.send_json(400, error_body(f"invalid JSON body: {exc}", "BadRequestError"))
+            return
+        status, payload = self.engine.completion(body)
+        self.send_json(status, payload)
+
+
+def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+    """A ready-to-serve double server (port 0: any free port; see server.server_address)."""
+    handler = type("BoundHandler", (Handler,), {"engine": engine})
+    ThreadingHTTPServer.allow_reuse_address = True
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def gpu_error(args):
+    """Why real vLLM could not start with the GPUs this container has, or None."""
+    from vllm.platforms import visible_gpus
+
+    gpus = visible_gpus()
+    world = args.tensor_parallel_size * args.pipeline_parallel_size
+    if gpus is not None and gpus and len(gpus) < world:
+        return (f"ValueError: The number of required GPUs ({world}) exceeds the number of "
+                f"available GPUs ({len(gpus)}) (NVIDIA_VISIBLE_DEVICES)")
+    return None
+
+
+def run_serve(args, argv) -> int:
+    """Runs the double's server until SIGTERM/SIGINT or the crash; returns the exit code."""
+    model = args.model_tag or args.model
+    log(f"vllm-double {__version__}: TEST DOUBLE of `vllm serve` (not vLLM), model {model}")
+    decode = flashinfer_check.decode_state()
+    decision = crash_decision(args, decode)
+    model_where = hf_cli.resolve_model(model, args.download_dir, args.revision)
+    record_start({
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "pid": os.getpid(),
+        "argv": list(argv),
+        "args": vars(args),
+        "env": dict(os.environ),
+        "model": model,
+        "model_resolved": model_where,
+        "flashinfer": decode,
+        "crash": decision,
+    })
+    if decode["state"] == "broken":
+        sys.stderr.write(f"ERROR importing flashinfer ({decode['file']}): {decode['error']}\n")
+        return 1
+    problem = gpu_error(args)
+    if problem is None and model_where.get("error"):
+        problem = model_where["error"]
+    if problem:
+        sys.stderr.write(problem + "\n")
+        return 1
+    log(f"flashinfer decode.py {decode['file']}: {decode['state']} "
+        f"({decode.get('error') or len(decode['allocations'])} plan-buffer allocations)")
+    log("crash rule (vllm issue #40756) "
+        + ("ARMED: the engine dies when {n} requests are in flight".format(
+            n=decision["crash_inflight"]) if decision["armed"] else "not armed")
+        + f" {json.dumps(decision['reasons'], sort_keys=True)}")
+    time.sleep(env_float("VLLM_DOUBLE_STARTUP_S", 1.0))
+    api_keys = args.api_key or [os.environ.get("VLLM_API_KEY", "")]
+    engine = Engine(args.served_model_name or [model], api_keys,
+                    crash_armed=decision["armed"], crash_inflight=decision["crash_inflight"],
+                    reasoning=bool(args.reasoning_parser), max_model_len=args.max_model_len,
+                    root=model)
+    server = make_server(engine, args.host or "0.0.0.0", args.port)
+
+    def stop(signum, _frame):
+        log(f"signal {signum}: shutting down")
+        sys.stdout.flush()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    host, port = server.server_address[:2]
+    log(f"Starting vLLM API server 0 on http://{host}:{port}")
+    print("INFO:     Application startup complete.", flush=True)
+    server.serve_forever()
+    return 0

@@ -1,0 +1,1 @@
+"""vllm.utils (test double): only what the double's parser needs."""

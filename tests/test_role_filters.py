@@ -1,0 +1,98 @@
+"""The role's parsing filters, on the output shapes the real tools print."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).parents[1] / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast.py"
+_spec = importlib.util.spec_from_file_location("vdf_filters", _PATH)
+filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(filters)
+
+TWO_3090 = (
+    "0, NVIDIA GeForce RTX 3090, 24576 MiB, 580.95.05, 00000000:01:00.0, 8.6\n"
+    "1, NVIDIA GeForce RTX 3090, 24576 MiB, 580.95.05, 00000000:02:00.0, 8.6\n"
+)
+
+
+def test_nvidia_smi_csv_parses_both_gpus():
+    gpus = filters.nvidia_smi_gpus(TWO_3090)
+    assert [g["index"] for g in gpus] == [0, 1]
+    assert gpus[1] == {
+        "index": 1,
+        "name": "NVIDIA GeForce RTX 3090",
+        "memory_mib": 24576,
+        "driver_version": "580.95.05",
+        "pci_bus_id": "00000000:02:00.0",
+        "compute_cap": "8.6",
+    }
+
+
+def test_nvidia_smi_csv_rejects_a_shape_it_does_not_know():
+    with pytest.raises(ValueError, match="unexpected nvidia-smi line"):
+        filters.nvidia_smi_gpus("0, RTX 3090, 24576 MiB\n")
+
+
+def test_lspci_keeps_only_nvidia_display_controllers():
+    out = (
+        "0000:00:02.0 VGA compatible controller [0300]: Intel Corporation UHD [8086:9bc5]\n"
+        "0000:01:00.0 VGA compatible controller [0300]: NVIDIA Corporation GA102 [GeForce RTX 3090]"
+        " [10de:2204] (rev a1)\n"
+        "0000:01:00.1 Audio device [0403]: NVIDIA Corporation GA102 High Definition Audio"
+        " [10de:1aef] (rev a1)\n"
+        "0000:02:00.0 VGA compatible controller [0300]: NVIDIA Corporation GA102 [GeForce RTX 3090]"
+        " [10de:2204] (rev a1)\n"
+    )
+    gpus = filters.lspci_nvidia_gpus(out)
+    assert [g["pci_bus_id"] for g in gpus] == ["0000:01:00.0", "0000:02:00.0"]
+
+
+@pytest.mark.parametrize(
+    ("cell", "expected"), [("NV4", True), ("PHB", False), ("SYS", False), ("NODE", False)]
+)
+def test_topo_matrix_nvlink_detection(cell, expected):
+    topo = (
+        "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n"
+        f"GPU0\t X \t{cell}\t0-15\t0\n"
+        f"GPU1\t{cell}\t X \t0-15\t0\n\n"
+        "Legend:\n  NV#  = Connection traversing a bonded set of # NVLinks\n"
+    )
+    assert filters.nvidia_topo_has_nvlink(topo) is expected
+
+
+@pytest.mark.parametrize(
+    ("cap", "minimum", "ok"),
+    [("8.6", "8.6", True), ("8.9", "8.6", True), ("8.10", "8.9", True), ("7.5", "8.6", False),
+     ("8.0", "8.6", False), ("12.0", "8.6", True)],
+)
+def test_compute_capability_compares_numerically(cap, minimum, ok):
+    assert filters.compute_cap_at_least(cap, minimum) is ok
+
+
+def test_free_disk_uses_the_longest_matching_mount():
+    mounts = [
+        {"mount": "/", "size_available": 10 * 1024**3},
+        {"mount": "/opt", "size_available": 500 * 1024**3},
+        {"mount": "/opt2", "size_available": 1 * 1024**3},
+    ]
+    assert filters.free_gib_at(mounts, "/opt/vllm-dual-fast") == 500.0
+    assert filters.free_gib_at(mounts, "/srv/models") == 10.0
+    assert filters.free_gib_at(mounts, "/opt2") == 1.0
+
+
+def test_daemon_json_merge_keeps_owner_keys_and_nested_values():
+    owner = {
+        "labels": ["mine"],
+        "log-opts": {"max-size": "10m", "labels": "owner"},
+        "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}},
+    }
+    merged = filters.daemon_json_merge(owner, {"log-driver": "json-file", "log-opts": {"max-size": "50m"}})
+    assert merged == {
+        "labels": ["mine"],
+        "log-driver": "json-file",
+        "log-opts": {"max-size": "50m", "labels": "owner"},
+        "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}},
+    }
+    assert owner["log-opts"]["max-size"] == "10m", "the owner's dict must not be mutated"
+    assert filters.daemon_json_merge(merged, {"log-opts": {"max-size": "50m"}}) == merged

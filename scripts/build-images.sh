@@ -41,7 +41,10 @@ build_image() {  # tag context base-tag
   hash="$(inputs_hash "${context}")-$(docker image inspect -f '{{.Id}}' "${base}" | cut -c8-19)"
   if image_is_current "${tag}" "${hash}"; then echo "build-images: ${tag} is current"; return 0; fi
   echo "build-images: building ${tag}"
-  DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=${base}" --label "vdf.inputs=${hash}" -t "${tag}" "${ROOT}/${context}" >/dev/null
+  # Where HTTPS leaves through a re-signing proxy, its CA is handed to the build's pip step.
+  DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=${base}" \
+    --build-arg "EXTRA_CA_CERTS=$(cat /usr/local/share/ca-certificates/*.crt 2>/dev/null || true)" \
+    --label "vdf.inputs=${hash}" -t "${tag}" "${ROOT}/${context}" >/dev/null
 }
 
 command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get -q -y install debootstrap >/dev/null

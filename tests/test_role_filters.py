@@ -70,17 +70,6 @@ def test_compute_capability_compares_numerically(cap, minimum, ok):
     assert filters.compute_cap_at_least(cap, minimum) is ok
 
 
-def test_free_disk_uses_the_longest_matching_mount():
-    mounts = [
-        {"mount": "/", "size_available": 10 * 1024**3},
-        {"mount": "/opt", "size_available": 500 * 1024**3},
-        {"mount": "/opt2", "size_available": 1 * 1024**3},
-    ]
-    assert filters.free_gib_at(mounts, "/opt/vllm-dual-fast") == 500.0
-    assert filters.free_gib_at(mounts, "/srv/models") == 10.0
-    assert filters.free_gib_at(mounts, "/opt2") == 1.0
-
-
 def test_daemon_json_merge_keeps_owner_keys_and_nested_values():
     owner = {
         "labels": ["mine"],

@@ -1,6 +1,8 @@
 """Pure parsing helpers for the role: tool output in, plain data out (tested in tests/)."""
 
+import json
 import re
+import shlex
 
 _TOPO_GPU_ROW = re.compile(r"^GPU(\d+)\s")
 
@@ -58,22 +60,6 @@ def compute_cap_at_least(cap, minimum):
     return as_tuple(cap) >= as_tuple(minimum)
 
 
-def free_gib_at(mounts, path):
-    """Free GiB of the mount that holds `path` (the longest mount point that prefixes it),
-    from Ansible's `ansible_facts['mounts']`. Returns None when no mount matches."""
-    best = None
-    for mount in mounts:
-        point = mount.get("mount", "")
-        prefix = point.rstrip("/") + "/"
-        if (path == point or path.startswith(prefix) or point == "/") and (
-            best is None or len(point) > len(best["mount"])
-        ):
-            best = mount
-    if best is None:
-        return None
-    return round(best.get("size_available", 0) / 1024**3, 1)
-
-
 def daemon_json_merge(existing, options):
     """Merge the role's daemon.json options into the owner's: nested dicts merge, the role's
     scalar values win for the keys it manages, every other key survives untouched."""
@@ -86,6 +72,73 @@ def daemon_json_merge(existing, options):
     return merged
 
 
+def serve_args(cfg):
+    """The `vllm serve` argv (after `serve`) for a settings dict taken from the role's variables.
+    Without NVLink the 3090s have no fast peer path: custom all-reduce is turned off."""
+    args = [
+        cfg["model"],
+        "--served-model-name", cfg["served_model_name"],
+        "--host", "0.0.0.0",  # inside the container; the host side binds the published port
+        "--port", "8000",
+        "--quantization", cfg["quantization"],
+        "--dtype", cfg["dtype"],
+        "--tensor-parallel-size", str(cfg["tensor_parallel_size"]),
+        "--max-model-len", str(cfg["max_model_len"]),
+        "--gpu-memory-utilization", str(cfg["gpu_memory_utilization"]),
+        "--max-num-seqs", str(cfg["max_num_seqs"]),
+        "--max-num-batched-tokens", str(cfg["max_num_batched_tokens"]),
+        "--kv-cache-dtype", cfg["kv_cache_dtype"],
+    ]
+    if cfg.get("prefix_caching"):
+        args.append("--enable-prefix-caching")
+    if cfg.get("chunked_prefill"):
+        args.append("--enable-chunked-prefill")
+    if cfg.get("reasoning_parser"):
+        args += ["--reasoning-parser", cfg["reasoning_parser"]]
+    if cfg.get("tool_call_parser"):
+        args += ["--tool-call-parser", cfg["tool_call_parser"]]
+    if cfg.get("mtp"):
+        spec = {"method": "mtp", "num_speculative_tokens": int(cfg["mtp_num_speculative_tokens"])}
+        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if not cfg.get("nvlink"):
+        args.append("--disable-custom-all-reduce")
+    return args + [str(a) for a in cfg.get("extra_args", [])]
+
+
+def serve_environment(cfg):
+    """Non-secret environment of the vLLM container. VLLM_MARLIN_INPUT_DTYPE is absent (never
+    empty) when W4A8 is off, since vLLM treats an empty value as a request."""
+    env = {
+        "NCCL_CUMEM_ENABLE": "0",
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+        "VLLM_USE_FLASHINFER_SAMPLER": "0",
+        "OMP_NUM_THREADS": "1",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "HF_HOME": "/root/.cache/huggingface",
+        "HF_HUB_OFFLINE": "1",  # weights were downloaded ahead; a start never waits on the hub
+    }
+    if not cfg.get("nvlink"):
+        env["NCCL_P2P_DISABLE"] = "1"
+    if cfg.get("w4a8"):
+        env["VLLM_MARLIN_INPUT_DTYPE"] = "int8"
+    if cfg.get("patch_all_files"):
+        env["FI_PINQ_LIB_ALL"] = "1"
+    return env
+
+
+def entrypoint_script(args, patch_enabled, api_key_set):
+    """The container's shell entrypoint: patch FlashInfer (set -e: never serve unpatched), then
+    exec vllm serve. `$$` is Compose's escape for a literal `$`."""
+    serve = "exec vllm serve " + " ".join(shlex.quote(a) for a in args)
+    if api_key_set:
+        serve += ' --api-key "$${VLLM_API_KEY}"'
+    lines = ["set -e"]
+    if patch_enabled:
+        lines.append("sh /opt/vdf-patches/install.sh")
+    lines.append(serve)
+    return "\n".join(lines) + "\n"
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -93,6 +146,8 @@ class FilterModule:
             "vllm_dual_fast_lspci_gpus": lspci_nvidia_gpus,
             "vllm_dual_fast_topo_has_nvlink": nvidia_topo_has_nvlink,
             "vllm_dual_fast_cap_at_least": compute_cap_at_least,
-            "vllm_dual_fast_free_gib_at": free_gib_at,
             "vllm_dual_fast_daemon_json_merge": daemon_json_merge,
+            "vllm_dual_fast_serve_args": serve_args,
+            "vllm_dual_fast_serve_environment": serve_environment,
+            "vllm_dual_fast_entrypoint_script": entrypoint_script,
         }

@@ -51,8 +51,10 @@ CRASH_LINES = (
     "vllm-double: simulated vllm issue #40756 (pinned FlashInfer plan buffer, MTP, "
     "{n} requests in flight); exiting 1",
 )
-WORDS = ("the quick brown fox jumps over the lazy dog while the double answers "
-         "every request with a short and plain reply").split()
+WORDS = [
+    "the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "the",
+    "double", "answers", "every", "request", "with", "a", "short", "and", "plain", "reply",
+]
 DEFAULT_MAX_NUM_SEQS = 256
 
 
@@ -308,6 +310,16 @@ def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 0) -> Threa
     return server
 
 
+def quantization_error(args):
+    """vLLM's start-time check of --quantization (any name parses; unknown ones fail here)."""
+    from vllm.entrypoints.openai.cli_args import QUANTIZATIONS
+
+    if args.quantization is None or args.quantization.lower() in QUANTIZATIONS:
+        return None
+    return (f"ValueError: Unknown quantization method: {args.quantization}. Must be one of "
+            f"{QUANTIZATIONS}.")
+
+
 def gpu_error(args):
     """Why real vLLM could not start with the GPUs this container has, or None."""
     from vllm.platforms import visible_gpus
@@ -341,7 +353,7 @@ def run_serve(args, argv) -> int:
     if decode["state"] == "broken":
         sys.stderr.write(f"ERROR importing flashinfer ({decode['file']}): {decode['error']}\n")
         return 1
-    problem = gpu_error(args)
+    problem = gpu_error(args) or quantization_error(args)
     if problem is None and model_where.get("error"):
         problem = model_where["error"]
     if problem:

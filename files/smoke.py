@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Health smoke client for a vLLM OpenAI-compatible endpoint (standard library only, Python 3.9+).
+
+    python3 smoke.py --base-url http://127.0.0.1:8000 --model NAME [--api-key-file F]
+                     [--concurrency 4] [--health-timeout 600] [--max-tokens 64] [--json]
+
+1. waits for GET /health to answer 200 (up to --health-timeout seconds);
+2. checks GET /v1/models lists NAME;
+3. fires --concurrency chat completions truly at once (one thread each, released together by a
+   barrier), each a short prompt; every one must be HTTP 200 with non-empty text and
+   usage.completion_tokens > 0;
+4. checks GET /health again: an engine that died under load (vllm issue #40756) fails here even
+   when its answers got out.
+
+Non-empty text: choices[0].message.content; when that is empty or null, the reasoning text
+(message.reasoning_content, or message.reasoning in newer vLLM) counts instead, and the request
+records content_source "reasoning". A reasoning model (vLLM started with --reasoning-parser) may
+spend a small max_tokens entirely on thinking; the engine still generated tokens, which is what
+this smoke proves. An answer with neither is a failure ("empty content").
+
+Output: one JSON object on stdout (--json: one line; otherwise indented): per request
+(latency_s, completion_tokens, tokens_per_s, status, ...), an aggregate (ok count, wall_s,
+total completion tokens, aggregate tokens/s, p50 and max latency), ok: true|false and failures,
+a list of what failed. The API key (--api-key-file, else env VDF_API_KEY) is sent only in the
+Authorization header and never printed.
+
+Exit codes: 0 all good; 1 smoke failed (the endpoint answered, something was wrong);
+2 bad usage, unreadable key file, or the endpoint never became healthy within the timeout.
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROMPTS = (
+    "Name one planet of the solar system.",
+    "Give one word that rhymes with light.",
+    "What is two plus three?",
+    "Name a colour of the rainbow.",
+    "Say hello in French.",
+    "Name a prime number below ten.",
+    "Name one ocean.",
+    "Give a synonym of quick.",
+)
+
+
+class Endpoint:
+    """Base URL plus optional bearer key; the key stays inside the request headers."""
+
+    def __init__(self, base_url: str, api_key=None, timeout: float = 120.0):
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base URL must be http:// or https://, not {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key or None
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, payload=None, timeout=None):
+        """(status, parsed JSON or None, error text or None); never raises for HTTP/network."""
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(  # noqa: S310 (scheme checked in __init__)
+            self.base_url + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self._api_key:
+            req.add_header("Authorization", "Bearer " + self._api_key)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:  # noqa: S310
+                return resp.status, _parse(resp.read()), None
+        except urllib.error.HTTPError as exc:
+            body = exc.read() if exc.fp else b""
+            return exc.code, _parse(body), f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            return None, None, f"{type(reason).__name__}: {reason}"
+
+    def redact(self, text: str) -> str:
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+
+def _parse(raw: bytes):
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def wait_healthy(endpoint: Endpoint, timeout_s: float, interval_s: float = 1.0) -> dict:
+    """Polls GET /health until 200 or timeout_s; {'ok', 'waited_s', 'attempts', 'last'}."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    attempts, last = 0, None
+    while True:
+        attempts += 1
+        remaining = max(deadline - time.monotonic(), 0.1)
+        status, _, error = endpoint.request("GET", "/health", timeout=min(5.0, remaining))
+        if status == 200:
+            return {"ok": True, "waited_s": round(time.monotonic() - start, 3),
+                    "attempts": attempts, "last": 200}
+        last = error or f"HTTP {status}"
+        if time.monotonic() + interval_s > deadline:
+            return {"ok": False, "waited_s": round(time.monotonic() - start, 3),
+                    "attempts": attempts, "last": last}
+        time.sleep(interval_s)
+
+
+def served_models(endpoint: Endpoint) -> tuple:
+    """(list of model ids, error text or None) from GET /v1/models."""
+    status, body, error = endpoint.request("GET", "/v1/models")
+    if status != 200:
+        return [], f"/v1/models: {error or f'HTTP {status}'}"
+    try:
+        return [m["id"] for m in body["data"]], None
+    except (KeyError, TypeError):
+        return [], "/v1/models: unexpected answer (no data[].id)"
+
+
+def answer_text(body) -> tuple:
+    """(text, source) of a chat completion: content, else reasoning; ('', None) when none."""
+    try:
+        message = body["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return "", None
+    if not isinstance(message, dict):
+        return "", None
+    content = message.get("content")
+    if isinstance(content, str) and content.strip():
+        return content, "content"
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value.strip():
+            return value, "reasoning"
+    return "", None
+
+
+def check_completion(status, body, error) -> tuple:
+    """(completion_tokens, content_source, problem or None) for one answer."""
+    if status != 200:
+        return 0, None, error or f"HTTP {status}"
+    text, source = answer_text(body)
+    usage = body.get("usage") if isinstance(body, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0
+    if not text:
+        return tokens, source, "empty content"
+    if tokens <= 0:
+        return tokens, source, "usage.completion_tokens missing or 0"
+    return tokens, source, None
+
+
+def fire_concurrent(endpoint: Endpoint, model: str, concurrency: int, max_tokens: int) -> tuple:
+    """Sends `concurrency` chat completions released together; (results, wall_s)."""
+    barrier = threading.Barrier(concurrency)
+    results = [None] * concurrency
+
+    def one(index: int) -> None:
+        payload = {"model": model, "max_tokens": max_tokens, "temperature": 0,
+                   "messages": [{"role": "user", "content": PROMPTS[index % len(PROMPTS)]}]}
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=30)
+        start = time.monotonic()
+        status, body, error = endpoint.request("POST", "/v1/chat/completions", payload)
+        end = time.monotonic()
+        tokens, source, problem = check_completion(status, body, error)
+        latency = end - start
+        results[index] = {
+            "index": index, "status": status, "ok": problem is None, "error": problem,
+            "latency_s": round(latency, 4), "completion_tokens": tokens,
+            "tokens_per_s": round(tokens / latency, 2) if latency > 0 and tokens else 0.0,
+            "content_source": source, "_start": start, "_end": end,
+        }
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = max(r["_end"] for r in results) - min(r["_start"] for r in results)
+    for r in results:
+        del r["_start"], r["_end"]
+    return results, wall
+
+
+def percentile(values, fraction: float) -> float:
+    """Nearest-rank percentile of a non-empty list (p50 of 4 values: the 2nd smallest)."""
+    ordered = sorted(values)
+    rank = min(max(1, math.ceil(fraction * len(ordered))), len(ordered))
+    return ordered[rank - 1]
+
+
+def aggregate(results, wall_s: float) -> dict:
+    latencies = [r["latency_s"] for r in results]
+    total = sum(r["completion_tokens"] for r in results)
+    return {
+        "requests": len(results),
+        "ok": sum(1 for r in results if r["ok"]),
+        "wall_s": round(wall_s, 4),
+        "total_completion_tokens": total,
+        "aggregate_tokens_per_s": round(total / wall_s, 2) if wall_s > 0 else 0.0,
+        "latency_p50_s": percentile(latencies, 0.5) if latencies else None,
+        "latency_max_s": max(latencies) if latencies else None,
+    }
+
+
+def run_smoke(endpoint: Endpoint, model: str, concurrency: int = 4, health_timeout: float = 600,
+              max_tokens: int = 64, health_interval: float = 1.0) -> tuple:
+    """The whole smoke; (exit code, report dict)."""
+    report = {"ok": False, "base_url": endpoint.base_url, "model": model,
+              "concurrency": concurrency, "max_tokens": max_tokens, "failures": []}
+    health = wait_healthy(endpoint, health_timeout, health_interval)
+    report["health"] = health
+    if not health["ok"]:
+        report["failures"].append(
+            f"health: /health not 200 within {health_timeout}s (last: {health['last']})")
+        return EXIT_USAGE, report
+    models, error = served_models(endpoint)
+    report["served_models"] = models
+    if error:
+        report["failures"].append(error)
+    elif model not in models:
+        report["failures"].append(f"/v1/models: {model!r} not served (served: {models})")
+    results, wall = fire_concurrent(endpoint, model, concurrency, max_tokens)
+    report["requests"] = results
+    report["aggregate"] = aggregate(results, wall)
+    for r in results:
+        if not r["ok"]:
+            report["failures"].append(f"request {r['index']}: {r['error']}")
+    status, _, error = endpoint.request("GET", "/health", timeout=10)
+    report["health_after"] = {"ok": status == 200, "last": status if status else error}
+    if status != 200:
+        report["failures"].append(f"health after the burst: {error or f'HTTP {status}'}")
+    report["ok"] = not report["failures"]
+    return (EXIT_OK if report["ok"] else EXIT_FAILED), report
+
+
+def read_key(path) -> str:
+    if path:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    return os.environ.get("VDF_API_KEY", "").strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--model", required=True, help="served model name")
+    parser.add_argument("--api-key-file", help="file holding the API key (else env VDF_API_KEY)")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--health-timeout", type=float, default=600.0, metavar="SECONDS")
+    parser.add_argument("--health-interval", type=float, default=1.0, metavar="SECONDS")
+    parser.add_argument("--request-timeout", type=float, default=300.0, metavar="SECONDS")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--json", action="store_true", help="one-line JSON (default: indented)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_OK
+    if args.concurrency < 1 or args.max_tokens < 1 or args.health_timeout < 0:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write("smoke: --concurrency and --max-tokens must be >= 1\n")
+        return EXIT_USAGE
+    try:
+        key = read_key(args.api_key_file)
+    except OSError as exc:
+        sys.stderr.write(f"smoke: cannot read the API key file: {exc.strerror}\n")
+        return EXIT_USAGE
+    try:
+        endpoint = Endpoint(args.base_url, key, args.request_timeout)
+    except ValueError as exc:
+        sys.stderr.write(f"smoke: {exc}\n")
+        return EXIT_USAGE
+    code, report = run_smoke(endpoint, args.model, args.concurrency, args.health_timeout,
+                             args.max_tokens, args.health_interval)
+    text = json.dumps(report, sort_keys=True, indent=None if args.json else 2)
+    print(endpoint.redact(text))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Checks a `vllm serve` argument list against the vLLM in this Python (standard library + vllm).
+
+Run with the vLLM image's own python, in a one-off container of the image that will serve:
+
+    docker run --rm --entrypoint python3 -v ...:/check IMAGE /check/vllm_flags_check.py \\
+        '["Org/Model", "--tensor-parallel-size", "2", ...]'
+    ... vllm_flags_check.py -- Org/Model --tensor-parallel-size 2 ...
+
+The arguments are what follows `vllm serve` (a leading "vllm" and/or "serve" is dropped): either
+one JSON list as the only argument, or everything after `--`. They are parsed by vLLM's own
+parser, built as `vllm serve` builds it: make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+from vllm.entrypoints.openai.cli_args and vllm.utils.argparse_utils, then vLLM's
+validate_parsed_serve_args when it exists. On a machine without a GPU vLLM cannot infer a
+platform and refuses to build the parser ("Failed to infer device type"), so an unspecified
+platform is replaced by vLLM's CPU platform first (best effort, through vllm.platforms; parsing
+does not depend on the device). Nothing is served and nothing is loaded.
+
+Prints one JSON line, the last line of stdout: {"ok": bool, "error": str|null, "platform": str,
+"vllm_version": str|null} (VLLM_CONFIGURE_LOGGING=0 is set unless given, so vLLM's own logging
+stays quiet; anything vLLM still prints comes before it).
+Exit codes: 0 accepted; 2 rejected by vLLM (unknown flag, bad choice or value, failed
+validation) or bad usage of this script; 1 could not run (vllm missing or broken).
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+EXIT_OK, EXIT_UNEXPECTED, EXIT_REJECTED = 0, 1, 2
+
+
+def serve_args(argv):
+    """The `vllm serve` arguments from this script's argv (without the program name)."""
+    if argv and argv[0] == "--":
+        args = list(argv[1:])
+    elif len(argv) == 1:
+        args = json.loads(argv[0])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ValueError("the JSON argument must be a list of strings")
+    else:
+        raise ValueError("give the serve arguments as one JSON list, or after --")
+    if args[:1] == ["vllm"]:
+        args = args[1:]
+    if args[:1] == ["serve"]:
+        args = args[1:]
+    return args
+
+
+def ensure_platform() -> str:
+    """Sets vLLM's CPU platform when none can be inferred; returns the platform's name."""
+    try:
+        import vllm.platforms as platforms
+    except Exception as exc:  # noqa: BLE001 (any import failure: report, let the parser decide)
+        return f"unknown ({type(exc).__name__})"
+    try:
+        current = platforms.current_platform
+        unspecified = current.is_unspecified() if hasattr(current, "is_unspecified") else (
+            not getattr(current, "device_type", ""))
+    except Exception:  # noqa: BLE001 (platform detection itself failed)
+        current, unspecified = None, True
+    if not unspecified:
+        return type(current).__name__
+    try:
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
+        return "CpuPlatform (set by vllm_flags_check)"
+    except Exception as exc:  # noqa: BLE001
+        return f"unspecified (could not set CpuPlatform: {type(exc).__name__})"
+
+
+def vllm_version():
+    try:
+        import vllm
+
+        return getattr(vllm, "__version__", None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def check(args) -> tuple:
+    """(exit code, result dict) for one serve argument list."""
+    result = {"ok": False, "error": None, "platform": ensure_platform(),
+              "vllm_version": vllm_version()}
+    try:
+        from vllm.entrypoints.openai import cli_args
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except Exception as exc:  # noqa: BLE001
+        result["error"] = f"cannot import vLLM's parser: {type(exc).__name__}: {exc}"
+        return EXIT_UNEXPECTED, result
+    try:
+        parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    except Exception as exc:  # noqa: BLE001
+        result["error"] = f"cannot build vLLM's parser: {type(exc).__name__}: {exc}"
+        return EXIT_UNEXPECTED, result
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            namespace = parser.parse_args(args)
+    except SystemExit as exc:
+        lines = [ln for ln in stderr.getvalue().splitlines() if ln.strip()]
+        result["error"] = lines[-1] if lines else f"parser exited {exc.code}"
+        return (EXIT_OK if exc.code == 0 else EXIT_REJECTED), result
+    except (TypeError, ValueError) as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        return EXIT_REJECTED, result
+    validate = getattr(cli_args, "validate_parsed_serve_args", None)
+    if validate is not None:
+        try:
+            validate(namespace)
+        except (TypeError, ValueError) as exc:
+            result["error"] = f"{type(exc).__name__}: {exc}"
+            return EXIT_REJECTED, result
+        except Exception as exc:  # noqa: BLE001 (version skew in a check: note, do not reject)
+            result["warning"] = f"validate_parsed_serve_args: {type(exc).__name__}: {exc}"
+    result["ok"] = True
+    return EXIT_OK, result
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    try:
+        args = serve_args(argv)
+    except ValueError as exc:
+        print(json.dumps({"ok": False, "error": f"usage: {exc}"}))
+        return EXIT_REJECTED
+    try:
+        code, result = check(args)
+    except Exception as exc:  # noqa: BLE001
+        code, result = EXIT_UNEXPECTED, {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(result, sort_keys=True))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

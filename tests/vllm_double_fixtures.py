@@ -1,0 +1,195 @@
+"""Helpers for tests of the vLLM test double, files/smoke.py and files/vllm_flags_check.py.
+
+Not a conftest: test modules import what they need. The double runs as a subprocess
+(`python -m vllm.entrypoints.cli.main serve ...` with PYTHONPATH on the double's source) on a
+free loopback port, so its crash (os._exit) ends only that process.
+"""
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOUBLE_SRC = ROOT / "molecule" / "images" / "vllm-double" / "src"
+FILES = ROOT / "files"
+MTP = '{"method": "mtp", "num_speculative_tokens": 4}'
+
+# A minimal stand-in for flashinfer/decode.py: only the shape the double and patcher look at
+# (the plan-buffer allocation, laid out as FlashInfer 0.7 lays it out). Not FlashInfer code.
+DECODE_TEMPLATE = '''\
+import torch
+
+
+class BatchDecodeWithPagedKVCacheWrapper:
+    def __init__(self, float_workspace_buffer):
+        self._int_workspace_buffer = torch.empty((8 * 1024 * 1024,), dtype=torch.uint8)
+        self._pin_memory_int_workspace_buffer = torch.empty(
+            (8 * 1024 * 1024,),
+            dtype=torch.uint8,
+            pin_memory={pin},
+            device="cpu",
+        )
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer):
+        self._pin_memory_int_workspace_buffer = torch.empty(
+            self._int_workspace_buffer.shape,
+            dtype=self._int_workspace_buffer.dtype,
+            device="cpu",
+            pin_memory={pin},
+        )
+'''
+
+
+def write_flashinfer(directory: Path, pinned: bool = True, text=None) -> Path:
+    """A fake flashinfer package folder holding decode.py; returns the folder."""
+    package = directory / "flashinfer"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    source = text if text is not None else DECODE_TEMPLATE.format(pin=pinned)
+    (package / "decode.py").write_text(source)
+    return package
+
+
+def import_double(monkeypatch) -> None:
+    """Makes the double's `vllm` importable in-process, fresh, without writing bytecode."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.syspath_prepend(str(DOUBLE_SRC))
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("VLLM_DOUBLE_DEVICE", raising=False)
+
+
+def load_file_module(name: str):
+    """Imports files/<name>.py as a module (they are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, FILES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def double_env(tmp_path: Path, flashinfer_dir=None, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VLLM_", "NVIDIA_", "HF_", "VDF_"))}
+    env.update({
+        "PYTHONPATH": str(DOUBLE_SRC),
+        "PYTHONDONTWRITEBYTECODE": "1",  # keep the image's build context free of __pycache__
+        "VLLM_DOUBLE_STATE_DIR": str(tmp_path / "state"),
+        "VLLM_DOUBLE_FLASHINFER_DIR": str(flashinfer_dir or write_flashinfer(tmp_path, False)),
+        "VLLM_DOUBLE_STARTUP_S": "0",
+        "VLLM_DOUBLE_LATENCY_S": "0.3",
+        "VLLM_DOUBLE_TOKEN_S": "0",
+        "NVIDIA_VISIBLE_DEVICES": "0,1",
+        "HF_HOME": str(tmp_path / "hf"),
+    })
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_vllm(args, env, timeout=30) -> subprocess.CompletedProcess:
+    """Runs the double's `vllm` command to completion."""
+    return subprocess.run([sys.executable, "-m", "vllm.entrypoints.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def http(method, url, payload=None, key=None, timeout=10):
+    """(status, parsed JSON or None) for one request; status None on connection errors."""
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw) if raw else None
+        except ValueError:
+            return exc.code, None
+    except (urllib.error.URLError, OSError):
+        return None, None
+
+
+class DoubleServer:
+    """One `vllm serve` of the double as a subprocess on a free loopback port."""
+
+    def __init__(self, tmp_path: Path, args=(), model="m", env=None):
+        self.tmp_path = tmp_path
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.model = model
+        self.args = ["serve", model, "--host", "127.0.0.1", "--port", str(self.port), *args]
+        self.env = env if env is not None else double_env(tmp_path)
+        self.proc = None
+        self.stdout_path = tmp_path / f"double-{self.port}.out"
+        self.stderr_path = tmp_path / f"double-{self.port}.err"
+
+    def start(self, wait=True) -> "DoubleServer":
+        with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "vllm.entrypoints.cli.main", *self.args],
+                env=self.env, stdout=out, stderr=err)
+        if wait:
+            self.wait_healthy()
+        return self
+
+    def wait_healthy(self, timeout=15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"double exited {self.proc.returncode}: {self.stderr()}")
+            if http("GET", self.base_url + "/health", timeout=1)[0] == 200:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("double never became healthy")
+
+    def chat(self, key=None, max_tokens=16, model=None):
+        payload = {"model": model or self.model, "max_tokens": max_tokens,
+                   "messages": [{"role": "user", "content": "Say hi."}]}
+        return http("POST", self.base_url + "/v1/chat/completions", payload, key=key)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text() if self.stderr_path.exists() else ""
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text() if self.stdout_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def double_factory(tmp_path: Path):
+    """Generator for a fixture: yields start(args, env=None, model='m'), stops all at the end."""
+    servers = []
+
+    def start(args=(), env=None, model="m", wait=True) -> DoubleServer:
+        server = DoubleServer(tmp_path, args, model, env)
+        servers.append(server)
+        return server.start(wait=wait)
+
+    yield start
+    for server in servers:
+        server.stop()

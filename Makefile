@@ -8,7 +8,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-SCENARIOS ?= default validation
+SCENARIOS ?= default deploy
 
 .PHONY: setup venv engine images lint pytest molecule test demo demo-clean
 
@@ -38,3 +38,13 @@ molecule: venv images
 	for s in $(SCENARIOS); do echo "== molecule test -s $$s"; molecule test -s $$s; done
 
 test: setup lint pytest molecule
+
+# The main job on a simulated rig: provision + deploy + health, then the report.
+demo: setup
+	./scripts/sim-rig.sh up
+	ansible-playbook site.yml -l sim
+	@echo "== health report (reports/vdf-sim-rig.json)"
+	@python3 -m json.tool reports/vdf-sim-rig.json
+
+demo-clean:
+	./scripts/sim-rig.sh down

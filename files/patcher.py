@@ -146,6 +146,8 @@ def _check_utf8(source: bytes, name: str) -> str:
 
 def find_marker(source: bytes, name: str) -> Marker | None:
     """The patcher's marker comment: at most one, a COMMENT token, and the file's last line."""
+    if MARKER_PREFIX.encode() not in source:  # cheap: skip tokenizing files with no marker
+        return None
     text = _check_utf8(source, name)
     comments = []
     try:
@@ -320,11 +322,8 @@ def _replace_spans(source: bytes, spans: Sequence[Tuple[int, int, bytes]]) -> by
     return out
 
 
-def patch_source(source: bytes, name: str = "<source>") -> bytes:
-    """Flip every pinned target to False and append the marker; the input must be unpatched."""
-    status, allocations, _ = classify(source, name)
-    if status != "unpatched":
-        raise ValueError(f"{name} is {status}, not unpatched")
+def flip(source: bytes, allocations: Sequence[Allocation]) -> bytes:
+    """Every pinned target to False, plus the marker line (the file's own line ending)."""
     pinned = [a for a in allocations if a.pinned]
     out = _replace_spans(source, [(a.value_start, a.value_end, b"False") for a in pinned])
     nl = newline_of(source)
@@ -333,21 +332,38 @@ def patch_source(source: bytes, name: str = "<source>") -> bytes:
     return out + (nl if noeol else b"") + marker + nl
 
 
-def revert_source(source: bytes, name: str = "<source>") -> bytes:
-    """Exactly the original bytes of a file patch_source produced."""
-    status, allocations, marker = classify(source, name)
-    if status != "already-patched" or marker is None:
-        raise ValueError(f"{name} is {status}, not patched")
+def unflip(source: bytes, allocations: Sequence[Allocation], marker: Marker) -> bytes:
+    """The recorded lines back to True, the marker (and any newline it added) dropped."""
     by_line = {a.value_line: a for a in allocations if a.pinned is False}
     spans = [(by_line[n].value_start, by_line[n].value_end, b"True") for n in marker.lines]
     return _replace_spans(source[: marker.start], spans)
 
 
-def verify_patched(original: bytes, patched: bytes, name: str) -> None:
-    """Belt and braces before a write: it compiles, is patched, and reverts to the original."""
-    compile(patched, name, "exec", dont_inherit=True)  # what py_compile checks, minus the .pyc
-    if classify(patched, name)[0] != "already-patched" or revert_source(patched, name) != original:
+def patch_source(source: bytes, name: str = "<source>") -> bytes:
+    """Flip every pinned target to False and append the marker; the input must be unpatched."""
+    status, allocations, _ = classify(source, name)
+    if status != "unpatched":
+        raise ValueError(f"{name} is {status}, not unpatched")
+    return flip(source, allocations)
+
+
+def revert_source(source: bytes, name: str = "<source>") -> bytes:
+    """Exactly the original bytes of a file patch_source produced."""
+    status, allocations, marker = classify(source, name)
+    if status != "already-patched" or marker is None:
+        raise ValueError(f"{name} is {status}, not patched")
+    return unflip(source, allocations, marker)
+
+
+def verify_patched(original: bytes, patched: bytes, name: str) -> List[Allocation]:
+    """Belt and braces before a write: the result classifies as patched and reverts to the
+    original. Returns its allocations. (Compiling happens on the temp file, see atomic_replace.)"""
+    status, allocations, marker = classify(patched, name)
+    if status != "already-patched" or marker is None:
+        raise Drift(f"{name}: patched text classifies as {status}")
+    if unflip(patched, allocations, marker) != original:
         raise Drift(f"{name}: patched text does not round-trip to the original")
+    return allocations
 
 
 # ----------------------------------------------------------------------------------------------
@@ -478,25 +494,27 @@ def _read(path: str) -> bytes:
         return fh.read()
 
 
-def inspect_tree(lib_root: str, names: Sequence[str], explicit: bool) -> List[FileReport]:
+def _inspect_one(lib_root: str, name: str):
+    """(report, bytes, allocations, marker) for one target file; Drift if out of shape."""
+    path = os.path.join(lib_root, name)
+    if not os.path.exists(path):
+        if name == "decode.py":
+            raise Drift(f"{path} not found, expected FlashInfer's decode.py in {lib_root}")
+        return FileReport(name, "absent", message="not in this release"), b"", [], None
+    source = _read(path)
+    status, allocations, marker = classify(source, name)
+    flipped = len(marker.lines) if marker else sum(1 for a in allocations if a.pinned)
+    return FileReport(name, status, allocations, flipped), source, allocations, marker
+
+
+def inspect_tree(lib_root: str, names: Sequence[str]) -> List[FileReport]:
     """Classify every target file; Drift for any file out of shape."""
-    reports = []
-    for name in names:
-        path = os.path.join(lib_root, name)
-        if not os.path.exists(path):
-            if name == "decode.py":
-                raise Drift(f"{path} not found, expected FlashInfer's decode.py in {lib_root}")
-            reports.append(FileReport(name, "absent", message="not in this release"))
-            continue
-        status, allocations, marker = classify(_read(path), name)
-        flipped = len(marker.lines) if marker else sum(1 for a in allocations if a.pinned)
-        reports.append(FileReport(name, status, allocations, flipped))
-    return reports
+    return [_inspect_one(lib_root, name)[0] for name in names]
 
 
-def apply(lib_root: str, names: Sequence[str], mode: str, explicit: bool) -> List[FileReport]:
+def apply(lib_root: str, names: Sequence[str], mode: str) -> List[FileReport]:
     """mode: 'check', 'patch' or 'revert'. Writes only under the tree lock, after re-reading."""
-    reports = inspect_tree(lib_root, names, explicit)
+    reports = inspect_tree(lib_root, names)
     wanted = "unpatched" if mode == "patch" else "already-patched"
     if mode == "check" or not any(r.status == wanted for r in reports):
         return reports
@@ -507,20 +525,19 @@ def apply(lib_root: str, names: Sequence[str], mode: str, explicit: bool) -> Lis
                 raise Refused(f"{r.name}: write needed but {reason}; nothing written")
     with tree_lock(lib_root):
         _clean_stale_temps(lib_root)
-        reports = inspect_tree(lib_root, names, explicit)  # another run may have written
-        for r in reports:
-            if r.status != wanted:
-                continue
-            path = os.path.join(lib_root, r.name)
-            original = _read(path)
-            if mode == "patch":
-                new = patch_source(original, r.name)
-                verify_patched(original, new, r.name)
-            else:
-                new = revert_source(original, r.name)
-            atomic_replace(path, new)
-            r.status = "patched" if mode == "patch" else "reverted"
-            r.allocations = find_allocations(new, r.name)
+        reports, writes = [], []
+        for name in names:  # classify again: another run may have written while we waited
+            report, original, allocations, marker = _inspect_one(lib_root, name)
+            reports.append(report)
+            if report.status == wanted and mode == "patch":
+                new = flip(original, allocations)
+                writes.append((report, new, verify_patched(original, new, name), "patched"))
+            elif report.status == wanted:
+                new = unflip(original, allocations, marker)
+                writes.append((report, new, find_allocations(new, name), "reverted"))
+        for report, new, allocations, status in writes:  # every file checked before any write
+            atomic_replace(os.path.join(lib_root, report.name), new)
+            report.allocations, report.status = allocations, status
     return reports
 
 
@@ -539,7 +556,7 @@ def overall_status(reports: Sequence[FileReport]) -> str:
 def summary_line(result: dict) -> str:
     """One readable line, the one install.sh prints."""
     status = result["status"]
-    version = result.get("flashinfer_version") or "unknown"
+    version = result.get("flashinfer_version") or "version unknown"
     if status == "absent" and not result["files"]:
         return "fi-pinq: absent: flashinfer is not installed for this python; nothing to patch"
     if status == "drift":
@@ -567,7 +584,7 @@ def run(argv: Sequence[str] | None = None) -> Tuple[int, dict]:
     names = ALL_TARGETS if use_all else DEFAULT_TARGETS
     mode = "check" if args.check else "revert" if args.revert else "patch"
 
-    lib_root, explicit = locate_lib_root(args.lib_root)
+    lib_root, _ = locate_lib_root(args.lib_root)
     result: Dict = {"status": "absent", "flashinfer_version": None, "lib_root": lib_root,
                     "files": []}
     if lib_root is None:
@@ -577,7 +594,7 @@ def run(argv: Sequence[str] | None = None) -> Tuple[int, dict]:
         result.update(status="drift", message=f"{lib_root} is not a folder")
         return EXIT_DRIFT, result
     try:
-        reports = apply(lib_root, names, mode, explicit)
+        reports = apply(lib_root, names, mode)
     except (Drift, Refused) as exc:
         result.update(status="drift", message=str(exc))
         return EXIT_DRIFT, result

@@ -35,7 +35,9 @@ def run_role(extra_vars):
         ({"vllm_dual_fast_driver_source": "nouveau"}, "vllm_dual_fast_driver_source"),
         ({"vllm_dual_fast_docker_source": "snap"}, "vllm_dual_fast_docker_source"),
         ({"vllm_dual_fast_stages": ["preflight", "yolo"]}, "vllm_dual_fast_stages"),
-        ({"vllm_dual_fast_docker_daemon_options": "not-a-dict"}, "vllm_dual_fast_docker_daemon_options"),
+        ({"vllm_dual_fast_docker_daemon_options": "nope"}, "vllm_dual_fast_docker_daemon_options"),
+        ({"vllm_dual_fast_tensor_parallel_size": 3}, "vllm_dual_fast_tensor_parallel_size"),
+        ({"vllm_dual_fast_max_num_seqs": "many"}, "vllm_dual_fast_max_num_seqs"),
     ],
 )
 def test_bad_variable_fails_at_validation_and_changes_nothing(extra_vars, named):

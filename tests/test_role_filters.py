@@ -76,7 +76,8 @@ def test_daemon_json_merge_keeps_owner_keys_and_nested_values():
         "log-opts": {"max-size": "10m", "labels": "owner"},
         "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}},
     }
-    merged = filters.daemon_json_merge(owner, {"log-driver": "json-file", "log-opts": {"max-size": "50m"}})
+    ours = {"log-driver": "json-file", "log-opts": {"max-size": "50m"}}
+    merged = filters.daemon_json_merge(owner, ours)
     assert merged == {
         "labels": ["mine"],
         "log-driver": "json-file",

@@ -78,7 +78,8 @@ def serve_args(cfg):
     args = [
         cfg["model"],
         "--served-model-name", cfg["served_model_name"],
-        "--host", "0.0.0.0",  # inside the container; the host side binds the published port
+        # All interfaces of the container only; the host publishes the port on loopback by default.
+        "--host", "0.0.0.0",  # noqa: S104
         "--port", "8000",
         "--quantization", cfg["quantization"],
         "--dtype", cfg["dtype"],

@@ -25,6 +25,9 @@ QUANTIZATIONS = [
     "gptq_marlin", "humming", "inc", "int8_per_channel_weight_only", "modelopt", "modelopt_fp4",
     "modelopt_mixed", "modelopt_mxfp8", "moe_wna16", "mxfp4", "mxfp8", "nvfp4_per_token",
     "online", "quark", "torchao",
+    # The reference rigs start v0.27.1 (the seed configuration) with --quantization auto_round
+    # and it serves there, so the double accepts that spelling too.
+    "auto_round",
 ]
 UVICORN_LOG_LEVELS = ["critical", "error", "warning", "info", "debug", "trace"]
 EXECUTOR_BACKENDS = ["ray", "mp", "uni", "external_launcher"]

@@ -1,0 +1,95 @@
+"""Crash safety (SIGKILL at random moments) and concurrent runs on one tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from flashinfer_releases import PATCHER, load_patcher, release_tree
+
+VERSION = "0.7.2.post1"
+KILLS = 200
+# Sleep between write steps (mid temp-file write, before the rename) so random kills land in the
+# write window too, not only in start-up and parsing.
+PAUSE = "0.02"
+
+
+@pytest.fixture()
+def decode_only(tmp_path):
+    """A tree holding just the real decode.py: what the patcher reads and writes by default."""
+    lib = tmp_path / "site" / "flashinfer"
+    lib.mkdir(parents=True)
+    shutil.copyfile(release_tree(VERSION) / "flashinfer" / "decode.py", lib / "decode.py")
+    return lib
+
+
+def start(lib, pause=PAUSE):
+    env = {**os.environ, "FI_PINQ_TEST_PAUSE": pause}
+    return subprocess.Popen(
+        [sys.executable, str(PATCHER), "--lib-root", str(lib), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+def test_sigkill_at_any_moment_leaves_original_or_patched(decode_only):
+    decode = decode_only / "decode.py"
+    original = decode.read_bytes()
+    patched = load_patcher().patch_source(original, "decode.py")
+    compile(patched, "decode.py", "exec")  # the only two states allowed; both compile
+
+    durations = []  # of whole runs: kill times span start-up, parsing, writing and the rename
+    for _ in range(3):
+        decode.write_bytes(original)
+        t0 = time.monotonic()
+        assert start(decode_only).wait(timeout=60) == 0
+        durations.append(time.monotonic() - t0)
+        assert decode.read_bytes() == patched
+    window = sorted(durations)[1]
+
+    rng = random.Random(40756)  # noqa: S311 -- reproducible kill times, not secrets
+    seen = {"original": 0, "patched": 0, "killed": 0, "finished": 0, "mid_write": 0}
+    for _ in range(3 * KILLS):  # until KILLS runs died mid-way; a loaded machine finishes some
+        if seen["killed"] >= KILLS:
+            break
+        decode.write_bytes(original)
+        proc = start(decode_only)
+        time.sleep(rng.uniform(0, window))
+        proc.send_signal(signal.SIGKILL)
+        rc = proc.wait(timeout=60)
+        seen["killed" if rc == -signal.SIGKILL else "finished"] += 1
+        # A temp file left behind: this kill landed while the new file was being written.
+        seen["mid_write"] += any(p.name.startswith(".fi-pinq-") for p in decode_only.iterdir())
+        data = decode.read_bytes()
+        assert data in (original, patched), f"a kill left a partial file ({seen})"
+        seen["original" if data == original else "patched"] += 1
+
+    print(f"SIGKILL runs: {seen}")  # shown with pytest -s
+    assert seen["killed"] >= KILLS, seen
+    assert seen["original"] and seen["patched"] and seen["mid_write"], seen
+    # A killed run may leave its temp file; the next writer removes it under the lock.
+    decode.write_bytes(original)
+    assert start(decode_only, pause="").wait(timeout=60) == 0
+    assert sorted(p.name for p in decode_only.iterdir()) == [".fi-pinq.lock", "decode.py"]
+    assert decode.read_bytes() == patched
+
+
+def test_eight_concurrent_runs_one_writer(decode_only):
+    decode = decode_only / "decode.py"
+    original = decode.read_bytes()
+    procs = [start(decode_only, pause="0.05") for _ in range(8)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out)["status"])
+    assert sorted(results) == ["already-patched"] * 7 + ["patched"], results
+    assert decode.read_bytes() == load_patcher().patch_source(original, "decode.py")

@@ -22,6 +22,11 @@ DROP_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".c", ".cc", ".cpp", ".inc", ".cub
 
 
 def keep(name: str) -> bool:
+    if name.startswith("flashinfer/data/csrc/"):
+        # FlashInfer renders a module's sources even when it then loads the AOT module, so
+        # the batch decode/prefill sources and the templates stay; the rest is JIT input.
+        base = name.rsplit("/", 1)[1]
+        return base.startswith(("batch_decode", "batch_prefill")) or base.endswith(".jinja")
     if name.startswith("flashinfer/data/"):
         # build_backend.py / build_utils.py are tiny; everything else there is JIT input.
         return name.count("/") == 2 and name.endswith(".py")

@@ -8,7 +8,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-SCENARIOS ?= default deploy
+SCENARIOS ?= default deploy driver
 
 .PHONY: setup venv engine images lint pytest molecule test demo demo-clean
 
@@ -35,7 +35,7 @@ pytest: venv images
 	pytest
 
 molecule: venv images
-	for s in $(SCENARIOS); do echo "== molecule test -s $$s"; molecule test -s $$s; done
+	./scripts/molecule-timed.sh $(SCENARIOS)
 
 test: setup lint pytest molecule
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the project's local images once per content: Docker Hub is unreachable here, so every
 # image starts from a Debian base made with debootstrap and imported into the engine.
-#   vdf-base:debian12 / vdf-base:debian13   minbase root file systems (cached as tarballs)
-#   vdf-target:debian12 / vdf-target:debian13   systemd hosts Molecule and the demo use as rigs
+#   vdf-base:debian13 (VDF_SUITES="bookworm trixie" adds debian12)   minbase root file systems
+#   vdf-target:debian13   the systemd host Molecule and the demo use as a rig
 #   vdf-vllm-double:latest   the vLLM image double (when molecule/images/vllm-double exists)
 # An image whose inputs did not change since it was built is kept (label vdf.inputs = hash).
 set -euo pipefail
@@ -49,7 +49,7 @@ build_image() {  # tag context base-tag
 
 command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get -q -y install debootstrap >/dev/null
 
-for suite in ${VDF_SUITES:-bookworm trixie}; do
+for suite in ${VDF_SUITES:-trixie}; do  # every scenario and the demo run Debian 13 targets
   case "${suite}" in bookworm) n=12 ;; trixie) n=13 ;; *) echo "unknown suite ${suite}" >&2; exit 1 ;; esac
   build_base "${suite}" "vdf-base:debian${n}"
   build_image "vdf-target:debian${n}" molecule/images/target "vdf-base:debian${n}"

@@ -86,3 +86,60 @@ def test_daemon_json_merge_keeps_owner_keys_and_nested_values():
     }
     assert owner["log-opts"]["max-size"] == "10m", "the owner's dict must not be mutated"
     assert filters.daemon_json_merge(merged, {"log-opts": {"max-size": "50m"}}) == merged
+
+
+REFERENCE = {
+    "model": "Org/Model", "served_model_name": "m", "quantization": "auto_round",
+    "dtype": "bfloat16", "tensor_parallel_size": 2, "max_model_len": 65536,
+    "gpu_memory_utilization": 0.9, "max_num_seqs": 4, "max_num_batched_tokens": 8192,
+    "kv_cache_dtype": "fp8_e4m3", "prefix_caching": True, "chunked_prefill": True,
+    "reasoning_parser": "qwen3", "tool_call_parser": "qwen3_coder", "mtp": True,
+    "mtp_num_speculative_tokens": 4, "nvlink": False, "w4a8": True, "patch_all_files": False,
+    "extra_args": [],
+}
+
+
+def flag_value(args, flag):
+    return args[args.index(flag) + 1]
+
+
+def test_serve_args_carry_the_reference_configuration():
+    args = filters.serve_args(REFERENCE)
+    assert args[0] == "Org/Model"
+    assert flag_value(args, "--tensor-parallel-size") == "2"
+    assert flag_value(args, "--max-num-seqs") == "4"
+    assert flag_value(args, "--kv-cache-dtype") == "fp8_e4m3"
+    assert flag_value(args, "--speculative-config") == '{"method":"mtp","num_speculative_tokens":4}'
+    assert "--enable-prefix-caching" in args and "--enable-chunked-prefill" in args
+    assert "--disable-custom-all-reduce" in args
+
+
+def test_nvlink_keeps_custom_all_reduce_and_p2p():
+    cfg = dict(REFERENCE, nvlink=True)
+    assert "--disable-custom-all-reduce" not in filters.serve_args(cfg)
+    assert "NCCL_P2P_DISABLE" not in filters.serve_environment(cfg)
+    assert filters.serve_environment(REFERENCE)["NCCL_P2P_DISABLE"] == "1"
+
+
+def test_mtp_off_drops_the_speculative_config_and_extra_args_are_appended():
+    args = filters.serve_args(dict(REFERENCE, mtp=False, extra_args=["--seed", 7]))
+    assert "--speculative-config" not in args
+    assert args[-2:] == ["--seed", "7"]
+
+
+def test_marlin_int8_is_absent_not_empty_when_w4a8_is_off():
+    assert filters.serve_environment(REFERENCE)["VLLM_MARLIN_INPUT_DTYPE"] == "int8"
+    assert "VLLM_MARLIN_INPUT_DTYPE" not in filters.serve_environment(dict(REFERENCE, w4a8=False))
+    all_files = filters.serve_environment(dict(REFERENCE, patch_all_files=True))
+    assert all_files["FI_PINQ_LIB_ALL"] == "1"
+
+
+def test_entrypoint_patches_before_serving_and_takes_the_key_from_the_environment():
+    script = filters.entrypoint_script(["Org/Model", "--speculative-config", '{"a":1}'], True, True)
+    lines = script.splitlines()
+    assert lines[0] == "set -e"
+    assert lines[1] == "sh /opt/vdf-patches/install.sh"
+    assert lines[2].startswith("exec vllm serve Org/Model --speculative-config '{\"a\":1}'")
+    assert lines[2].endswith('--api-key "$${VLLM_API_KEY}"')
+    unpatched = filters.entrypoint_script(["Org/Model"], False, False)
+    assert "install.sh" not in unpatched and "--api-key" not in unpatched

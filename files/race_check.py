@@ -426,27 +426,8 @@ def patch_status(patcher: Path | None, lib_root: str | None, timeout: float = 60
                 if key in data:
                     out[key] = data[key]
             return out
-    try:
-        data = json.loads(proc.stdout)
-        if isinstance(data, dict):
-            return {"status": str(data.get("status", "unknown")), "exit": proc.returncode}
-    except ValueError:
-        pass
     return {"status": "unknown", "exit": proc.returncode,
             "reason": (proc.stderr or proc.stdout).strip()[-300:]}
-
-
-def flashinfer_lib_root() -> str | None:
-    """The flashinfer package folder, found without importing it (importing costs seconds)."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("flashinfer")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return str(list(spec.submodule_search_locations)[0])
 
 
 def gpu_facts() -> Dict[str, str]:
@@ -841,9 +822,9 @@ def run_check(args: argparse.Namespace, log: Callable[[str], None],
         report["flashinfer_version"] = metadata.version("flashinfer-python")
     except Exception:  # not installed as a distribution: the probe reports what it imports
         report["flashinfer_version"] = "?"
-    lib_root = flashinfer_lib_root()
     patcher = Path(args.patcher) if args.patcher else Path(__file__).with_name("patcher.py")
-    report["patch"] = patch_status(patcher, lib_root)
+    # The patcher finds FlashInfer itself, the same way, in this same interpreter.
+    report["patch"] = patch_status(patcher, None)
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     base = {"geometry": geometry, "seed": args.seed}

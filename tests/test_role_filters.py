@@ -143,3 +143,47 @@ def test_entrypoint_patches_before_serving_and_takes_the_key_from_the_environmen
     assert lines[2].endswith('--api-key "$${VLLM_API_KEY}"')
     unpatched = filters.entrypoint_script(["Org/Model"], False, False)
     assert "install.sh" not in unpatched and "--api-key" not in unpatched
+
+
+HEALTHY = {
+    "smoke": {"ok": True, "failures": []}, "smoke_stderr": "", "concurrency": 4,
+    "kernel_log": ["usb 1-1: new device"], "restarts_before": "0", "restarts_after": "0",
+    "patch": {"status": "already-patched"},
+}
+
+
+def test_a_healthy_release_has_no_failures():
+    assert filters.health_failures(HEALTHY) == []
+    assert filters.health_failures(dict(HEALTHY, patch={"status": "upstream-fixed"})) == []
+
+
+def test_each_failed_check_is_named():
+    failures = filters.health_failures(dict(
+        HEALTHY,
+        smoke={"ok": False, "failures": ["request 3: RemoteDisconnected"]},
+        kernel_log=["NVRM: Xid (PCI:0000:01:00): 31, pid=42"],
+        restarts_after="1",
+        patch={},
+    ))
+    assert failures == [
+        "smoke c=4 failed: request 3: RemoteDisconnected",
+        "new kernel Xid lines: NVRM: Xid (PCI:0000:01:00): 31, pid=42",
+        "container restart count went from 0 to 1",
+        "FlashInfer patch status is not-readable (expected patched or upstream-fixed)",
+    ]
+
+
+def test_no_smoke_output_and_no_container_are_failures():
+    failures = filters.health_failures(dict(
+        HEALTHY, smoke={}, smoke_stderr="Traceback", restarts_before="", restarts_after="",
+        patch={"status": "unpatched"}))
+    assert failures[0] == "smoke c=4 failed: Traceback"
+    assert "container restart count went from none to none" in failures
+    assert failures[-1].startswith("FlashInfer patch status is unpatched")
+
+
+def test_json_object_tolerates_what_a_failed_tool_prints():
+    assert filters.json_object('{"status": "patched"}') == {"status": "patched"}
+    assert filters.json_object("") == {}
+    assert filters.json_object("Error: No such container") == {}
+    assert filters.json_object("[1, 2]") == {}

@@ -140,6 +140,41 @@ def entrypoint_script(args, patch_enabled, api_key_set):
     return "\n".join(lines) + "\n"
 
 
+def json_object(text):
+    """The JSON object a tool printed, or {} when it printed none (crashed, missing, garbage)."""
+    try:
+        value = json.loads(text or "")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+PATCH_OK = ("patched", "already-patched", "upstream-fixed")
+
+
+def health_failures(checks):
+    """What is wrong with a serving release, one readable line per failed check (empty: healthy).
+    checks: smoke (smoke.py's JSON object), smoke_stderr, concurrency, kernel_log (lines),
+    restarts_before / restarts_after (docker's RestartCount text), patch (patcher --check JSON)."""
+    failures = []
+    smoke = checks.get("smoke") or {}
+    if not smoke.get("ok"):
+        why = smoke.get("failures") or [checks.get("smoke_stderr") or "no output"]
+        failures.append(f"smoke c={checks['concurrency']} failed: " + "; ".join(why))
+    xid = [line for line in checks.get("kernel_log", []) if "NVRM: Xid" in line]
+    if xid:
+        failures.append("new kernel Xid lines: " + " | ".join(xid))
+    before = str(checks.get("restarts_before") or "").strip()
+    after = str(checks.get("restarts_after") or "").strip()
+    if not after or before != after:
+        went = f"from {before or 'none'} to {after or 'none'}"
+        failures.append(f"container restart count went {went}")
+    status = (checks.get("patch") or {}).get("status", "not-readable")
+    if status not in PATCH_OK:
+        failures.append(f"FlashInfer patch status is {status} (expected patched or upstream-fixed)")
+    return failures
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -151,4 +186,6 @@ class FilterModule:
             "vllm_dual_fast_serve_args": serve_args,
             "vllm_dual_fast_serve_environment": serve_environment,
             "vllm_dual_fast_entrypoint_script": entrypoint_script,
+            "vllm_dual_fast_json_object": json_object,
+            "vllm_dual_fast_health_failures": health_failures,
         }

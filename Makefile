@@ -2,7 +2,9 @@
 # (virtualenv, Docker engine, local images) and runs lint, pytest and the Molecule scenarios.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
-PYTHON ?= python3.11
+# The newest Python on this host that the pinned tools support (ansible-core 2.19: 3.11 to 3.13).
+SUPPORTED_PYTHONS := python3.13 python3.12 python3.11
+PYTHON ?= $(firstword $(foreach p,$(SUPPORTED_PYTHONS),$(shell $(p) -c 'import venv' >/dev/null 2>&1 && echo $(p))))
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
@@ -16,8 +18,11 @@ setup: venv engine images
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements-dev.txt requirements-test.txt
+	@test -n "$(PYTHON)" || { echo "make: no supported Python here: install one of $(SUPPORTED_PYTHONS) (with its venv module), or set PYTHON=" >&2; exit 1; }
+	@echo "== virtualenv: $(VENV) with $$($(PYTHON) --version) (pinned tools and CPU torch; a few minutes the first time)"
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -r requirements-dev.txt -r requirements-test.txt
+	$(VENV)/bin/pip install --progress-bar off -r requirements-dev.txt -r requirements-test.txt \
+	  | grep --line-buffered -E '^(Collecting|Successfully installed)' | sed -u 's/^/  pip: /' | cut -c1-120
 	touch $@
 
 engine:
@@ -32,12 +37,15 @@ lint: venv
 	ansible-lint --profile production
 
 pytest: venv images
+	python tests/flashinfer_releases.py
 	pytest
 
 molecule: venv images
 	./scripts/molecule-timed.sh $(SCENARIOS)
 
-test: setup lint pytest molecule
+# Setup, lint, pytest and Molecule, ending with a summary (scripts/test-all.sh).
+test:
+	./scripts/test-all.sh $(SCENARIOS)
 
 # The main job on a simulated rig: provision + deploy + health, then the report.
 demo: setup

@@ -33,6 +33,7 @@ import contextlib
 import json
 import math
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -93,12 +94,45 @@ def _parse(raw: bytes):
         return None
 
 
-def wait_healthy(endpoint: Endpoint, timeout_s: float, interval_s: float = 1.0) -> dict:
-    """Polls GET /health until 200 or timeout_s; {'ok', 'waited_s', 'attempts', 'last'}."""
+def container_watch(name: str):
+    """A callable that says why the serving container can no longer become healthy (it exited,
+    or Docker restarted it since the first call), naming its last log lines; None while it runs.
+    Waiting out a 30-minute health timeout for a container that crashed helps nobody."""
+    def inspect():
+        fmt = "{{.State.Status}} {{.RestartCount}}"
+        out = subprocess.run(["docker", "inspect", "-f", fmt, name],
+                             capture_output=True, text=True, timeout=20).stdout.split()
+        return (out[0], int(out[1])) if len(out) == 2 and out[1].isdigit() else ("missing", 0)
+
+    _, first_restarts = inspect()
+
+    def gone():
+        status, restarts = inspect()
+        if status not in ("exited", "dead", "missing") and restarts <= first_restarts:
+            return None
+        logs = subprocess.run(["docker", "logs", "--tail", "15", name], capture_output=True,
+                              text=True, timeout=20)
+        tail = " | ".join((logs.stdout + logs.stderr).strip().splitlines()[-15:])
+        what = "is gone" if status == "missing" else (
+            f"is {status}" if restarts <= first_restarts
+            else f"restarted ({first_restarts} -> {restarts} restarts)")
+        return f"container {name} {what}; its last log lines: {tail or '(none)'}"
+
+    return gone
+
+
+def wait_healthy(endpoint: Endpoint, timeout_s: float, interval_s: float = 1.0,
+                 gone=None) -> dict:
+    """Polls GET /health until 200 or timeout_s, or until gone() names a reason to stop;
+    {'ok', 'waited_s', 'attempts', 'last'} (+ 'gone' when the container died)."""
     start = time.monotonic()
     deadline = start + timeout_s
     attempts, last = 0, None
     while True:
+        reason = gone() if gone else None
+        if reason:
+            return {"ok": False, "waited_s": round(time.monotonic() - start, 3),
+                    "attempts": attempts, "last": last, "gone": reason}
         attempts += 1
         remaining = max(deadline - time.monotonic(), 0.1)
         status, _, error = endpoint.request("GET", "/health", timeout=min(5.0, remaining))
@@ -211,12 +245,16 @@ def aggregate(results, wall_s: float) -> dict:
 
 
 def run_smoke(endpoint: Endpoint, model: str, concurrency: int = 4, health_timeout: float = 600,
-              max_tokens: int = 64, health_interval: float = 1.0) -> tuple:
+              max_tokens: int = 64, health_interval: float = 1.0, container=None) -> tuple:
     """The whole smoke; (exit code, report dict)."""
     report = {"ok": False, "base_url": endpoint.base_url, "model": model,
               "concurrency": concurrency, "max_tokens": max_tokens, "failures": []}
-    health = wait_healthy(endpoint, health_timeout, health_interval)
+    gone = container_watch(container) if container else None
+    health = wait_healthy(endpoint, health_timeout, health_interval, gone)
     report["health"] = health
+    if health.get("gone"):
+        report["failures"].append(f"health: {health['gone']}")
+        return EXIT_USAGE, report
     if not health["ok"]:
         report["failures"].append(
             f"health: /health not 200 within {health_timeout}s (last: {health['last']})")
@@ -259,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--request-timeout", type=float, default=300.0, metavar="SECONDS")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--json", action="store_true", help="one-line JSON (default: indented)")
+    parser.add_argument("--container", help="serving container: stop waiting when it exits or "
+                        "restarts, naming its last log lines (needs the docker CLI)")
     return parser
 
 
@@ -283,7 +323,7 @@ def main(argv=None) -> int:
         sys.stderr.write(f"smoke: {exc}\n")
         return EXIT_USAGE
     code, report = run_smoke(endpoint, args.model, args.concurrency, args.health_timeout,
-                             args.max_tokens, args.health_interval)
+                             args.max_tokens, args.health_interval, args.container)
     text = json.dumps(report, sort_keys=True, indent=None if args.json else 2)
     print(endpoint.redact(text))
     return code

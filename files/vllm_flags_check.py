@@ -10,26 +10,40 @@ Run with the vLLM image's own python, in a one-off container of the image that w
 The arguments are what follows `vllm serve` (a leading "vllm" and/or "serve" is dropped): either
 one JSON list as the only argument, or everything after `--`. They are parsed by vLLM's own
 parser, built as `vllm serve` builds it: make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
-from vllm.entrypoints.openai.cli_args and vllm.utils.argparse_utils, then vLLM's
-validate_parsed_serve_args when it exists. On a machine without a GPU vLLM cannot infer a
-platform and refuses to build the parser ("Failed to infer device type"), so an unspecified
-platform is replaced by vLLM's CPU platform first (best effort, through vllm.platforms; parsing
-does not depend on the device). Nothing is served and nothing is loaded.
+from vllm.utils.argparse_utils and the first of PARSER_MODULES that exists
+(vllm.entrypoints.common.cli_args since vLLM 0.33.0, vllm.entrypoints.openai.cli_args before),
+then vLLM's validate_parsed_serve_args when it exists. On a machine without a GPU vLLM cannot
+infer a platform and refuses to build the parser ("Failed to infer device type"), so an
+unspecified platform is replaced by vLLM's CPU platform first (best effort, through
+vllm.platforms; parsing does not depend on the device). Nothing is served and nothing is loaded.
+
+vLLM's parser takes any --quantization name and refuses an unknown one only when the engine
+starts, after the old release was stopped; so a given name is checked here against the image's
+vllm.model_executor.layers.quantization.QUANTIZATION_METHODS (exact spelling, as vLLM compares).
+When that list cannot be imported the check is skipped and the JSON says so; that alone does not
+fail. (Methods a vLLM plugin registers at engine start are not in the list here.)
 
 Prints one JSON line, the last line of stdout: {"ok": bool, "error": str|null, "platform": str,
-"vllm_version": str|null} (VLLM_CONFIGURE_LOGGING=0 is set unless given, so vLLM's own logging
-stays quiet; anything vLLM still prints comes before it).
+"vllm_version": str|null, "parser_module": str|null, "quantization_check": str}
+(quantization_check: "not given", "ok: ...", "refused: ..." or "skipped: ...";
+VLLM_CONFIGURE_LOGGING=0 is set unless given, so vLLM's own logging stays quiet; anything vLLM
+still prints comes before it).
 Exit codes: 0 accepted; 2 rejected by vLLM (unknown flag, bad choice or value, failed
-validation) or bad usage of this script; 1 could not run (vllm missing or broken).
+validation), an unknown --quantization, or bad usage of this script; 1 could not run (vllm
+missing or broken).
 """
 
 import contextlib
+import importlib
 import io
 import json
 import os
 import sys
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_REJECTED = 0, 1, 2
+# Where make_arg_parser and validate_parsed_serve_args live, newest first.
+PARSER_MODULES = ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.openai.cli_args")
+QUANTIZATION_MODULE = "vllm.model_executor.layers.quantization"
 
 
 def serve_args(argv):
@@ -81,16 +95,53 @@ def vllm_version():
         return None
 
 
+def import_cli_args():
+    """(module, None) for the first of PARSER_MODULES that exists, else (None, error text).
+    Only a module that is absent is skipped; one that exists and fails to import is reported."""
+    missing = []
+    for name in PARSER_MODULES:
+        try:
+            return importlib.import_module(name), None
+        except ModuleNotFoundError as exc:
+            if not (exc.name == name or name.startswith(f"{exc.name}.")):  # a dependency
+                return None, f"{name}: {type(exc).__name__}: {exc}"
+            missing.append(f"{name}: {exc}")
+        except Exception as exc:  # noqa: BLE001 (present but broken: report it, do not skip it)
+            return None, f"{name}: {type(exc).__name__}: {exc}"
+    return None, "; ".join(missing)
+
+
+def quantization_check(name) -> tuple:
+    """(refused?, text) for the --quantization value vLLM parsed (None when not given)."""
+    if name is None:
+        return False, "not given"
+    try:
+        methods = list(importlib.import_module(QUANTIZATION_MODULE).QUANTIZATION_METHODS)
+    except Exception as exc:  # noqa: BLE001 (an image whose vLLM keeps the list elsewhere)
+        return False, (f"skipped: cannot import {QUANTIZATION_MODULE}.QUANTIZATION_METHODS "
+                       f"({type(exc).__name__}: {exc})")
+    if name in methods:
+        return False, f"ok: {name} is one of {len(methods)} methods"
+    return True, (f"refused: --quantization {name} is not one of this vLLM's "
+                  f"{len(methods)} methods: {', '.join(sorted(methods))} (without --quantization "
+                  "vLLM reads the method from the checkpoint's config)")
+
+
 def check(args) -> tuple:
     """(exit code, result dict) for one serve argument list."""
     result = {"ok": False, "error": None, "platform": ensure_platform(),
-              "vllm_version": vllm_version()}
+              "vllm_version": vllm_version(), "parser_module": None,
+              "quantization_check": "not run"}
     try:
-        from vllm.entrypoints.openai import cli_args
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except Exception as exc:  # noqa: BLE001
         result["error"] = f"cannot import vLLM's parser: {type(exc).__name__}: {exc}"
         return EXIT_UNEXPECTED, result
+    cli_args, problem = import_cli_args()
+    if cli_args is None:
+        result["error"] = f"cannot import vLLM's parser: {problem}"
+        return EXIT_UNEXPECTED, result
+    result["parser_module"] = cli_args.__name__
     try:
         parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
     except Exception as exc:  # noqa: BLE001
@@ -116,6 +167,11 @@ def check(args) -> tuple:
             return EXIT_REJECTED, result
         except Exception as exc:  # noqa: BLE001 (version skew in a check: note, do not reject)
             result["warning"] = f"validate_parsed_serve_args: {type(exc).__name__}: {exc}"
+    refused, result["quantization_check"] = quantization_check(
+        getattr(namespace, "quantization", None))
+    if refused:
+        result["error"] = result["quantization_check"][len("refused: "):]
+        return EXIT_REJECTED, result
     result["ok"] = True
     return EXIT_OK, result
 

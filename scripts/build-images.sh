@@ -28,7 +28,10 @@ build_base() {  # suite tag
   if [ ! -s "${tarball}" ]; then
     local dir; dir="$(mktemp -d)"
     echo "build-images: debootstrap ${suite} (cached afterwards in ${tarball})"
-    debootstrap --variant=minbase "${suite}" "${dir}" "$(mirror_uri)" >"${CACHE}/rootfs/${suite}.log" 2>&1
+    # Progress: one line per debootstrap phase (the full log stays in the cache folder).
+    debootstrap --variant=minbase "${suite}" "${dir}" "$(mirror_uri)" 2>&1 | tee "${CACHE}/rootfs/${suite}.log" \
+      | awk '/^I: Retrieving [a-z]/ && $3 !~ /^(InRelease|Packages)$/ { n++; if (n % 25 == 0) { print "  debootstrap: " n " packages downloaded"; fflush() } }
+             /^I: (Extracting|Unpacking|Configuring|Base system)/ { stage = $2; if (stage != last) { last = stage; print "  debootstrap: " $0; fflush() } }'
     tar -C "${dir}" -cf "${tarball}.part" . && mv "${tarball}.part" "${tarball}"
     rm -rf "${dir}"
   fi
@@ -36,23 +39,29 @@ build_base() {  # suite tag
   echo "build-images: ${tag} imported"
 }
 
-build_image() {  # tag context base-tag
+build_image() {  # tag context base-tag [build-arg ...]
   local tag="$1" context="$2" base="$3" hash
-  hash="$(inputs_hash "${context}")-$(docker image inspect -f '{{.Id}}' "${base}" | cut -c8-19)"
+  shift 3
+  local extra=()
+  for arg in "$@"; do extra+=(--build-arg "${arg}"); done
+  hash="$(inputs_hash "${context}")-$(docker image inspect -f '{{.Id}}' "${base}" | cut -c8-19)-$(echo "$*" | sha256sum | cut -c1-8)"
   if image_is_current "${tag}" "${hash}"; then echo "build-images: ${tag} is current"; return 0; fi
-  echo "build-images: building ${tag}"
+  echo "build-images: building ${tag} (a minute or two: apt inside the build)"
   # Where HTTPS leaves through a re-signing proxy, its CA is handed to the build's pip step.
-  DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=${base}" \
+  DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=${base}" "${extra[@]}" \
     --build-arg "EXTRA_CA_CERTS=$(cat /usr/local/share/ca-certificates/*.crt 2>/dev/null || true)" \
-    --label "vdf.inputs=${hash}" -t "${tag}" "${ROOT}/${context}" >/dev/null
+    --label "vdf.inputs=${hash}" -t "${tag}" "${ROOT}/${context}" 2>&1 >/dev/null \
+    | { grep -v -e 'legacy builder is deprecated' -e 'Install the buildx component' -e 'https://docs.docker.com/go/buildx/' -e '^ *$' || true; } >&2
+  echo "build-images: ${tag} built"
 }
 
 command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get -q -y install debootstrap >/dev/null
 
-for suite in ${VDF_SUITES:-trixie}; do  # every scenario and the demo run Debian 13 targets
+for suite in ${VDF_SUITES:-trixie bookworm}; do  # Debian 13 rigs everywhere; Debian 12 in `driver`
   case "${suite}" in bookworm) n=12 ;; trixie) n=13 ;; *) echo "unknown suite ${suite}" >&2; exit 1 ;; esac
   build_base "${suite}" "vdf-base:debian${n}"
-  build_image "vdf-target:debian${n}" molecule/images/target "vdf-base:debian${n}"
+  build_image "vdf-target:debian${n}" molecule/images/target "vdf-base:debian${n}" \
+    "SUITE=${suite}" "MIRROR=$(mirror_uri)" "SECURITY_MIRROR=$(security_mirror_uri)"
 done
 if [ -d "${ROOT}/molecule/images/vllm-double" ]; then
   build_image vdf-vllm-double:latest molecule/images/vllm-double vdf-base:debian13

@@ -1,21 +1,88 @@
 #!/usr/bin/env bash
-# Starts the project's Docker engine ("vdf-dockerd") on this machine when none answers.
-# Facts this rests on (shared/ENVIRONMENT.md): no engine runs on a fresh machine, PID 1 is not
-# systemd, and Debian 12's docker.io cannot start the --privileged systemd targets Molecule needs,
-# so Debian 13's docker.io (with Compose v2 as a CLI plugin) is installed through a private APT
-# configuration that leaves the machine's own sources alone.
+# Gets a Docker engine that can run what the scenarios need (privileged containers with a private
+# cgroup namespace: the systemd rigs), changing as little of this machine as possible:
+#   1. an engine that already answers is used as it is, after a probe shows it can run them;
+#   2. an installed but stopped engine is started (as "vdf-dockerd", log in the state folder);
+#   3. with no engine, the distribution's own docker.io is installed from the machine's sources;
+#   4. only when that engine fails the probe (Debian 12's 20.10 here: "unable to apply caps"),
+#      Debian 13's docker.io is installed through a private APT configuration, after printing
+#      which of the machine's packages that upgrades and why (it needs Debian 13's libc).
+# PID 1 is not systemd on these machines, so the daemon runs in its own session, not as a unit.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 STATE_DIR="${VDF_STATE_DIR:-/var/lib/vllm-dual-fast-dev}"
 LOG="${STATE_DIR}/dockerd.log"
+PIDFILE="${STATE_DIR}/dockerd.pid"
 APT_DIR="${STATE_DIR}/apt"
+PROBE_IMAGE=vdf-engine-probe:latest
 
+say() { echo "docker-engine: $*"; }
 engine_answers() { timeout 5 docker info >/dev/null 2>&1; }
+engine_version() { docker info --format '{{.ServerVersion}}' 2>/dev/null || echo unknown; }
 
+# A one-file image made from this machine's own `true` and the libraries it links: no registry.
+build_probe_image() {
+  local bin; bin="$(type -P true)"
+  # shellcheck disable=SC2046  # word splitting of the library list is wanted
+  tar -ch "${bin}" $(ldd "${bin}" | grep -o '/[^ ]*') 2>/dev/null \
+    | docker import -c "CMD [\"${bin}\"]" - "${PROBE_IMAGE}" >/dev/null
+}
 
-install_engine() {
+# What the Molecule targets and the simulated rig ask of the engine.
+engine_runs_rigs() {
+  local err
+  build_probe_image || return 1
+  if err="$(docker run --rm --privileged --cgroupns=private --tmpfs /run "${PROBE_IMAGE}" 2>&1)"; then
+    return 0
+  fi
+  say "probe: a privileged container failed to start: $(echo "${err}" | head -1 | cut -c1-200)"
+  docker image rm -f "${PROBE_IMAGE}" >/dev/null 2>&1 || true
+  return 1
+}
+
+start_engine() {
+  say "starting dockerd $(dockerd --version 2>/dev/null | cut -d, -f1) (log ${LOG})"
+  setsid /usr/sbin/dockerd >>"${LOG}" 2>&1 </dev/null &
+  echo $! >"${PIDFILE}"
+  for _ in $(seq 1 60); do engine_answers && return 0; sleep 1; done
+  say "the engine did not answer within 60 s; see ${LOG}" >&2; exit 1
+}
+
+stop_our_engine() {
+  local pid; pid="$(cat "${PIDFILE}" 2>/dev/null || true)"
+  [ -n "${pid}" ] && kill "${pid}" 2>/dev/null || true
+  for _ in $(seq 1 30); do kill -0 "${pid:-0}" 2>/dev/null || break; sleep 1; done
+  rm -f "${PIDFILE}"
+}
+
+# Package installs must not try to start services (no init system here to start them with).
+with_no_service_starts() {
+  local policy=/usr/sbin/policy-rc.d created=0
+  if [ ! -e "${policy}" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"${policy}" && chmod 0755 "${policy}" && created=1
+  fi
+  local rc=0; "$@" || rc=$?
+  [ "${created}" = 1 ] && rm -f "${policy}"
+  return "${rc}"
+}
+
+# apt's machine-readable status, shown as one line per download step and per installed package.
+apt_progress() {
+  apt-get -o APT::Status-Fd=3 "$@" 3>&1 >/dev/null | awk -F: '
+    $1 == "dlstatus" && int($3) != last { last = int($3); printf "  downloading %3d%%\n", last; fflush() }
+    $1 == "pmstatus" && $4 ~ /^Installed/ { printf "  %3d%% %s\n", $3, $4; fflush() }'
+}
+
+install_distro_engine() {
+  say "no Docker engine here: installing the distribution's docker.io ($(apt-cache policy docker.io | awk '/Candidate/ {print $2}'))"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -q update >/dev/null
+  with_no_service_starts apt_progress -y -q install --no-install-recommends docker.io
+}
+
+private_apt_config() {
   local mirror; mirror="$(mirror_uri)"
   mkdir -p "${APT_DIR}/lists/partial" "${APT_DIR}/cache/archives/partial" "${APT_DIR}/sources"
   cat >"${APT_DIR}/sources/debian.sources" <<SRC
@@ -32,28 +99,45 @@ Dir::State::Lists "${APT_DIR}/lists";
 Dir::Cache "${APT_DIR}/cache";
 APT::Default-Release "bookworm";
 CONF
-  export APT_CONFIG="${APT_DIR}/apt.conf" DEBIAN_FRONTEND=noninteractive
+  echo "${APT_DIR}/apt.conf"
+}
+
+install_newer_engine() {
+  local conf; conf="$(private_apt_config)"
+  export APT_CONFIG="${conf}" DEBIAN_FRONTEND=noninteractive
   apt-get -q update >/dev/null
-  apt-get -q -y install -t trixie --no-install-recommends docker.io docker-compose >/dev/null
+  local plan; plan="$(apt-get -s -t trixie install --no-install-recommends docker.io docker-compose)"
+  say "the installed engine (${1}) cannot start privileged containers with a private"
+  say "cgroup namespace here, which the systemd rigs need. Installing Debian 13's docker.io,"
+  say "which can. These packages of this machine are upgraded to their Debian 13 versions"
+  say "(docker.io itself, and whatever of Debian 13's docker.io's dependencies is newer there):"
+  echo "${plan}" | awk '/^Inst / && $3 ~ /^\[/ {gsub(/[\[\]]/, "", $3); gsub(/\(/, "", $4); printf "    %-28s %s -> %s\n", $2, $3, $4}'
+  echo "${plan}" | awk '/^Inst / && $3 !~ /^\[/ {n++} END {printf "  and %d package(s) are newly installed.\n", n}'
+  with_no_service_starts apt_progress -y -q -t trixie install --no-install-recommends docker.io docker-compose
 }
 
 main() {
   mkdir -p "${STATE_DIR}"
-  if engine_answers && docker compose version >/dev/null 2>&1; then
-    echo "vdf-dockerd: engine already answers"; return 0
+  if engine_answers; then
+    if engine_runs_rigs; then say "using the running engine ($(engine_version))"; return 0; fi
+    if [ ! -s "${PIDFILE}" ]; then
+      say "the running engine ($(engine_version)) cannot start privileged containers with a private" >&2
+      say "cgroup namespace, which the Molecule rigs need. It is not ours, so it is left alone:" >&2
+      say "stop it (or point DOCKER_HOST at one that can) and run this again." >&2
+      exit 1
+    fi
+    stop_our_engine
   fi
-  if ! command -v dockerd >/dev/null 2>&1 || ! docker compose version >/dev/null 2>&1; then
-    echo "vdf-dockerd: installing Debian 13 docker.io + Compose v2"
-    install_engine
+  command -v dockerd >/dev/null 2>&1 || install_distro_engine
+  engine_answers || start_engine
+  if ! engine_runs_rigs; then
+    local version; version="$(engine_version)"
+    stop_our_engine
+    install_newer_engine "${version}"
+    start_engine
+    engine_runs_rigs || { say "even Debian 13's engine cannot start the rigs; see ${LOG}" >&2; exit 1; }
   fi
-  if ! engine_answers; then
-    echo "vdf-dockerd: starting dockerd (log ${LOG})"
-    # No systemd here: run the daemon in its own session so it outlives this script.
-    setsid /usr/sbin/dockerd >>"${LOG}" 2>&1 </dev/null &
-    for _ in $(seq 1 60); do engine_answers && break; sleep 1; done
-  fi
-  engine_answers || { echo "vdf-dockerd: engine did not answer; see ${LOG}" >&2; exit 1; }
-  docker compose version
+  say "engine $(engine_version) answers and runs privileged systemd rigs"
 }
 
 main "$@"

@@ -220,3 +220,24 @@ def snapshot(path: Path) -> tuple:
     """What "unchanged" means for a file: its bytes, mtime, inode and mode."""
     st = path.stat()
     return (path.read_bytes(), st.st_mtime_ns, st.st_ino, st.st_mode)
+
+
+def fetch_all() -> None:
+    """Downloads every release the tests use, one line of progress each (make pytest runs this
+    first, so the first run does not sit silent inside pytest for minutes)."""
+    import time
+
+    for n, version in enumerate(RELEASES, 1):
+        cached = _archive(version)
+        started = time.monotonic()
+        if not cached:
+            print(f"flashinfer releases: {n}/{len(RELEASES)} downloading {version} ...", flush=True)
+        archive = download(version)
+        size_mb = archive.stat().st_size / 1e6
+        how = "cached" if cached else f"downloaded in {time.monotonic() - started:.0f} s"
+        print(f"flashinfer releases: {n}/{len(RELEASES)} {version}: {size_mb:.0f} MB, {how}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    fetch_all()

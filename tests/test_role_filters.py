@@ -4,6 +4,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from vllm_double_fixtures import role_cfg, role_serve_args
 
 _PATH = Path(__file__).parents[1] / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast.py"
 _spec = importlib.util.spec_from_file_location("vdf_filters", _PATH)
@@ -89,11 +90,12 @@ def test_daemon_json_merge_keeps_owner_keys_and_nested_values():
 
 
 REFERENCE = {
-    "model": "Org/Model", "served_model_name": "m", "quantization": "auto_round",
+    "model": "Org/Model", "served_model_name": "m", "quantization": "", "revision": "main",
     "dtype": "bfloat16", "tensor_parallel_size": 2, "max_model_len": 65536,
     "gpu_memory_utilization": 0.9, "max_num_seqs": 4, "max_num_batched_tokens": 8192,
     "kv_cache_dtype": "fp8_e4m3", "prefix_caching": True, "chunked_prefill": True,
-    "reasoning_parser": "qwen3", "tool_call_parser": "qwen3_coder", "mtp": True,
+    "reasoning_parser": "qwen3", "tool_call_parser": "qwen3_coder", "tool_calling": True,
+    "mtp": True,
     "mtp_num_speculative_tokens": 4, "nvlink": False, "w4a8": True, "patch_all_files": False,
     "extra_args": [],
 }
@@ -134,15 +136,67 @@ def test_marlin_int8_is_absent_not_empty_when_w4a8_is_off():
     assert all_files["FI_PINQ_LIB_ALL"] == "1"
 
 
-def test_entrypoint_patches_before_serving_and_takes_the_key_from_the_environment():
+def test_entrypoint_patches_before_serving_and_reads_the_key_from_the_secret_file():
     script = filters.entrypoint_script(["Org/Model", "--speculative-config", '{"a":1}'], True, True)
     lines = script.splitlines()
     assert lines[0] == "set -e"
     assert lines[1] == "sh /opt/vdf-patches/install.sh"
-    assert lines[2].startswith("exec vllm serve Org/Model --speculative-config '{\"a\":1}'")
-    assert lines[2].endswith('--api-key "$${VLLM_API_KEY}"')
+    assert lines[2] == 'VLLM_API_KEY="$$(cat /run/secrets/vllm_api_key)"; export VLLM_API_KEY'
+    assert lines[3] == "exec vllm serve Org/Model --speculative-config '{\"a\":1}'"
+    assert "--api-key" not in script
     unpatched = filters.entrypoint_script(["Org/Model"], False, False)
-    assert "install.sh" not in unpatched and "--api-key" not in unpatched
+    assert "install.sh" not in unpatched and "VLLM_API_KEY" not in unpatched
+    assert "/run/secrets" not in unpatched
+
+
+# --- the role's own settings (deploy.yml's _cfg from defaults/main.yml) ---------------------
+
+def test_role_defaults_leave_the_quantization_to_the_checkpoint():
+    assert role_cfg()["quantization"] == ""
+    assert "--quantization" not in role_serve_args()
+
+
+def test_empty_quantization_passes_no_flag_and_a_name_is_forced():
+    assert "--quantization" not in filters.serve_args(REFERENCE)
+    assert flag_value(role_serve_args(vllm_dual_fast_quantization="inc"), "--quantization") == "inc"
+
+
+def test_tool_calling_passes_the_parser_with_auto_tool_choice():
+    args = role_serve_args()
+    assert "--enable-auto-tool-choice" in args
+    assert flag_value(args, "--tool-call-parser") == "qwen3_coder"
+    args = filters.serve_args(REFERENCE)
+    assert "--enable-auto-tool-choice" in args and "--tool-call-parser" in args
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(REFERENCE, tool_calling=False),
+    dict(REFERENCE, tool_call_parser=""),  # auto tool choice without a parser is refused by vLLM
+])
+def test_tool_calling_off_or_no_parser_passes_neither_flag(cfg):
+    args = filters.serve_args(cfg)
+    assert "--enable-auto-tool-choice" not in args and "--tool-call-parser" not in args
+
+
+def test_tool_calling_off_from_the_role_variable():
+    args = role_serve_args(vllm_dual_fast_tool_calling=False)
+    assert "--enable-auto-tool-choice" not in args and "--tool-call-parser" not in args
+
+
+def test_model_revision_reaches_the_server_and_the_release():
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    args = role_serve_args(vllm_dual_fast_model_revision=commit)
+    assert flag_value(args, "--revision") == commit
+    assert flag_value(args, "--tokenizer-revision") == commit
+    assert flag_value(role_serve_args(), "--revision") == "main"
+    scripts = {filters.entrypoint_script(role_serve_args(vllm_dual_fast_model_revision=rev),
+                                         True, False) for rev in ("main", commit)}
+    assert len(scripts) == 2, "a new revision must change the release's content"
+
+
+def test_empty_revision_passes_neither_flag():
+    args = filters.serve_args(dict(REFERENCE, revision=""))
+    assert "--revision" not in args and "--tokenizer-revision" not in args
 
 
 HEALTHY = {
@@ -164,13 +218,35 @@ def test_each_failed_check_is_named():
         kernel_log=["NVRM: Xid (PCI:0000:01:00): 31, pid=42"],
         restarts_after="1",
         patch={},
+        patch_stderr="Error response from daemon: Container 3f2a is restarting, wait until the"
+                     " container is running",
     ))
     assert failures == [
         "smoke c=4 failed: request 3: RemoteDisconnected",
         "new kernel Xid lines: NVRM: Xid (PCI:0000:01:00): 31, pid=42",
         "container restart count went from 0 to 1",
-        "FlashInfer patch status is not-readable (expected patched or upstream-fixed)",
+        "FlashInfer patch status unknown: the container was not running when it was asked",
     ]
+
+
+def test_patch_off_passes_an_upstream_fixed_image():
+    checks = dict(HEALTHY, patch_enabled=False, race_exposed=True, max_num_seqs=4,
+                  patch={"status": "upstream-fixed"})
+    assert filters.health_failures(checks) == []
+
+
+def test_patch_off_refuses_a_pinned_image_when_mtp_and_four_sequences_expose_the_race():
+    checks = dict(HEALTHY, patch_enabled=False, race_exposed=True, max_num_seqs=4,
+                  patch={"status": "unpatched"})
+    [failure] = filters.health_failures(checks)
+    assert "pins the decode plan buffer" in failure and "max_num_seqs 4" in failure
+    assert "Xid 31" in failure and "vllm_dual_fast_patch_enabled" in failure
+
+
+def test_patch_off_accepts_a_pinned_image_when_the_race_is_not_exposed():
+    checks = dict(HEALTHY, patch_enabled=False, race_exposed=False, max_num_seqs=1,
+                  patch={"status": "unpatched"})
+    assert filters.health_failures(checks) == []
 
 
 def test_no_smoke_output_and_no_container_are_failures():

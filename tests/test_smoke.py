@@ -121,7 +121,7 @@ def test_engine_crash_under_load_fails(double, capsys, tmp_path):
     assert code == 1
     assert report["aggregate"]["ok"] == 0
     assert any(f.startswith("health after the burst:") for f in report["failures"])
-    assert server.proc.wait(timeout=10) == 1
+    assert server.proc.wait(timeout=10) == 134
 
 
 def test_never_healthy_exits_2_within_the_timeout(capsys):
@@ -165,3 +165,43 @@ def test_helpers():
     body = {"choices": [{"message": {"content": "hi"}}], "usage": {"completion_tokens": 3}}
     assert smoke.check_completion(200, body, None) == (3, "content", None)
     assert smoke.check_completion(500, None, "HTTP 500")[2] == "HTTP 500"
+
+
+def _docker_double(tmp_path, monkeypatch, states):
+    """A `docker` on PATH that answers `inspect` with the next of `states` ("STATUS RESTARTS")
+    and `logs` with a crash's last lines: the serving container as the Docker CLI reports it."""
+    state_file = tmp_path / "states"
+    state_file.write_text("\n".join(states) + "\n")
+    script = tmp_path / "bin" / "docker"
+    script.parent.mkdir()
+    script.write_text(
+        "#!/bin/sh\n"
+        f'f="{state_file}"\n'
+        'case "$1" in\n'
+        '  inspect) head -n 1 "$f"; [ "$(wc -l < "$f")" -gt 1 ] && sed -i 1d "$f"; exit 0 ;;\n'
+        '  logs) echo "fi-pinq: unpatched decode.py"; '
+        'echo "RuntimeError: CUDA error: an illegal memory access was encountered"; exit 0 ;;\n'
+        "esac\nexit 1\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{script.parent}:{__import__('os').environ['PATH']}")
+
+
+@pytest.mark.parametrize("states", [["running 0", "exited 0"], ["running 0", "restarting 1"]])
+def test_waiting_for_health_stops_when_the_container_dies(tmp_path, monkeypatch, capsys, states):
+    _docker_double(tmp_path, monkeypatch, states)
+    start = time.monotonic()
+    code, report, _ = run(capsys, "--base-url", f"http://127.0.0.1:{free_port()}", "--model", "m",
+                          "--health-timeout", "60", "--container", "vllm-dual-fast")
+    assert time.monotonic() - start < 10
+    assert code == 2
+    [failure] = report["failures"]
+    assert "vllm-dual-fast" in failure
+    assert "illegal memory access" in failure     # the container's last log lines are named
+
+
+def test_waiting_for_health_goes_on_while_the_container_runs(tmp_path, monkeypatch, capsys):
+    _docker_double(tmp_path, monkeypatch, ["running 0"])
+    code, report, _ = run(capsys, "--base-url", f"http://127.0.0.1:{free_port()}", "--model", "m",
+                          "--health-timeout", "1.5", "--container", "vllm-dual-fast")
+    assert code == 2
+    assert report["failures"][0].startswith("health: /health not 200 within 1.5s")

@@ -117,12 +117,53 @@ def test_serve_without_gpus_fails(tmp_path):
     assert "number of required GPUs (2)" in result.stderr
 
 
-def test_unknown_quantization_parses_but_fails_at_start(tmp_path, double_parser):
-    assert double_parser.parse_args(["m", "--quantization", "no_such_method"]).quantization \
-        == "no_such_method"
-    result = run_vllm(["serve", "m", "--quantization", "no_such_method"], double_env(tmp_path))
+# vLLM 0.27.1's QUANTIZATION_METHODS (vllm/model_executor/layers/quantization/__init__.py),
+# in order.
+VLLM_0_27_1_QUANTIZATION_METHODS = [
+    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4",
+    "modelopt_mxfp8", "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin",
+    "humming", "compressed-tensors", "bitsandbytes", "experts_int8", "quark", "moe_wna16",
+    "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "online", "fp8_per_tensor",
+    "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
+]
+
+
+def test_quantization_methods_are_vllm_0_27_1s(monkeypatch):
+    import_double(monkeypatch)
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+
+    assert QUANTIZATION_METHODS == VLLM_0_27_1_QUANTIZATION_METHODS
+    assert len(QUANTIZATION_METHODS) == 31
+    assert "auto_round" not in QUANTIZATION_METHODS and "auto-round" not in QUANTIZATION_METHODS
+
+
+@pytest.mark.parametrize("name", ["no_such_method", "auto_round", "auto-round", "INC"])
+def test_unknown_quantization_parses_but_fails_at_start(tmp_path, double_parser, name):
+    assert double_parser.parse_args(["m", "--quantization", name]).quantization == name
+    result = run_vllm(["serve", "m", "--quantization", name], double_env(tmp_path))
     assert result.returncode == 1
-    assert "Unknown quantization method: no_such_method" in result.stderr
+    assert f"Unknown quantization method: {name}" in result.stderr
+    assert "Application startup complete" not in result.stdout
+
+
+@pytest.mark.parametrize("args", [["--quantization", "inc"], ["-q", "gptq_marlin"], []])
+def test_a_listed_quantization_or_none_starts(double, args):
+    assert double(args).chat()[0] == 200
+
+
+def test_auto_tool_choice_without_a_parser_is_refused(tmp_path):
+    result = run_vllm(["serve", "m", "--enable-auto-tool-choice"], double_env(tmp_path))
+    assert result.returncode == 1
+    assert "--enable-auto-tool-choice requires --tool-call-parser" in result.stderr
+    assert not (tmp_path / "state" / "last-start.json").exists()
+
+
+def test_revision_and_tokenizer_revision_are_accepted(double_parser, double, tmp_path):
+    args = double_parser.parse_args(["m", "--revision", "v1", "--tokenizer-revision", "v1"])
+    assert (args.revision, args.tokenizer_revision) == ("v1", "v1")
+    double(["--revision", "main", "--tokenizer-revision", "main"]).stop()
+    record = json.loads((tmp_path / "state" / "last-start.json").read_text())
+    assert record["args"]["tokenizer_revision"] == "main"
 
 
 def test_version_and_unknown_subcommand(tmp_path):
@@ -155,8 +196,15 @@ def test_api_key_from_flag_and_env(double, tmp_path):
     assert server.chat(key="wrong")[0] == 401
     assert server.chat(key="s3cret")[0] == 200
     by_env = double(env=double_env(tmp_path, VLLM_API_KEY="from-env"))
+    assert http("GET", by_env.base_url + "/v1/models")[0] == 401
     assert by_env.chat()[0] == 401
+    assert by_env.chat(key="wrong")[0] == 401
     assert by_env.chat(key="from-env")[0] == 200
+    assert http("GET", by_env.base_url + "/health")[0] == 200
+    # as vLLM: --api-key wins over VLLM_API_KEY
+    both = double(["--api-key", "flag"], env=double_env(tmp_path, VLLM_API_KEY="from-env"))
+    assert both.chat(key="from-env")[0] == 401
+    assert both.chat(key="flag")[0] == 200
 
 
 def test_reasoning_parser_answers_with_reasoning(double):
@@ -178,9 +226,11 @@ def test_pinned_mtp_four_in_flight_kills_the_process(double, tmp_path):
     assert burst(server, 3) == [200, 200, 200]
     assert server.proc.poll() is None
     statuses = burst(server, 4)
-    assert server.proc.wait(timeout=10) == 1
+    assert server.proc.wait(timeout=10) == 134  # aborted, as a CUDA illegal memory access ends
     assert 200 not in statuses
     assert CUDA_ERROR in server.stderr()
+    last_line = server.stderr().splitlines()[-1]
+    assert "CUDA error: an illegal memory access was encountered" in last_line
     record = json.loads((tmp_path / "state" / "last-start.json").read_text())
     assert record["crash"]["armed"] is True
     assert record["flashinfer"]["state"] == "pinned"

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from vllm_double_fixtures import DOUBLE_SRC, FILES, MTP, double_env
+from vllm_double_fixtures import DOUBLE_SRC, FILES, MTP, double_env, role_serve_args
 
 CHECK = str(FILES / "vllm_flags_check.py")
 GOOD = ["Org/Model", "--tensor-parallel-size", "2", "--max-num-seqs", "4",
@@ -76,3 +76,86 @@ def test_platform_setting_is_what_makes_it_work(tmp_path):
     assert code == 1
     assert "Failed to infer device type" in result["error"]
     assert result["platform"].startswith("unspecified (could not set CpuPlatform")
+
+
+def stub_vllm(tmp_path):
+    """A copy of the double's package to reshape per test; returns its PYTHONPATH folder."""
+    shutil.copytree(DOUBLE_SRC / "vllm", tmp_path / "stub" / "vllm")
+    return tmp_path / "stub"
+
+
+def test_the_role_argv_passes_the_check(tmp_path):
+    for argv in (role_serve_args(),
+                 role_serve_args(vllm_dual_fast_model_revision="v2",
+                                 vllm_dual_fast_quantization="inc"),
+                 role_serve_args(vllm_dual_fast_tool_calling=False)):
+        code, result = check(tmp_path, json.dumps(argv))
+        assert (code, result["error"]) == (0, None), argv
+
+
+@pytest.mark.parametrize("name", ["auto_round", "auto-round", "INC"])
+def test_refuses_a_quantization_the_image_does_not_list(tmp_path, name):
+    code, result = check(tmp_path, json.dumps(GOOD + ["--quantization", name]))
+    assert code == 2
+    assert result["ok"] is False
+    assert f"--quantization {name}" in result["error"]
+    assert "inc" in result["error"]  # the names it does know are listed
+    assert result["quantization_check"].startswith("refused")
+
+
+def test_accepts_a_listed_quantization_and_says_so(tmp_path):
+    code, result = check(tmp_path, json.dumps(GOOD + ["-q", "inc"]))
+    assert (code, result["error"]) == (0, None)
+    assert result["quantization_check"] == "ok: inc is one of 31 methods"
+    code, result = check(tmp_path, json.dumps(GOOD))
+    assert (code, result["quantization_check"]) == (0, "not given")
+
+
+def test_an_unreadable_quantization_list_is_noted_not_fatal(tmp_path):
+    stub = stub_vllm(tmp_path)
+    shutil.rmtree(stub / "vllm" / "model_executor", ignore_errors=True)
+    code, result = check(tmp_path, json.dumps(GOOD + ["--quantization", "auto_round"]),
+                         PYTHONPATH=str(stub))
+    assert (code, result["ok"]) == (0, True)
+    assert result["quantization_check"].startswith(
+        "skipped: cannot import vllm.model_executor.layers.quantization.QUANTIZATION_METHODS")
+
+
+def move_parser_to_the_0_33_location(stub, keep_old=False):
+    """vLLM 0.33.0 has make_arg_parser in vllm.entrypoints.common.cli_args (none in openai)."""
+    common = stub / "vllm" / "entrypoints" / "common"
+    common.mkdir()
+    (common / "__init__.py").write_text("")
+    old = stub / "vllm" / "entrypoints" / "openai" / "cli_args.py"
+    shutil.copy(old, common / "cli_args.py")
+    if not keep_old:
+        old.unlink()
+
+
+def test_finds_the_parser_where_vllm_0_33_keeps_it(tmp_path):
+    stub = stub_vllm(tmp_path)
+    move_parser_to_the_0_33_location(stub)
+    code, result = check(tmp_path, json.dumps(GOOD), PYTHONPATH=str(stub))
+    assert (code, result["error"]) == (0, None)
+    assert result["parser_module"] == "vllm.entrypoints.common.cli_args"
+    code, result = check(tmp_path, json.dumps(GOOD + ["--no-such-flag"]), PYTHONPATH=str(stub))
+    assert code == 2
+
+
+def test_prefers_the_new_location_and_falls_back_to_the_old(tmp_path):
+    stub = stub_vllm(tmp_path)
+    move_parser_to_the_0_33_location(stub, keep_old=True)
+    code, result = check(tmp_path, json.dumps(GOOD), PYTHONPATH=str(stub))
+    assert (code, result["parser_module"]) == (0, "vllm.entrypoints.common.cli_args")
+    code, result = check(tmp_path, json.dumps(GOOD))  # the double as is: 0.27.1's layout
+    assert (code, result["parser_module"]) == (0, "vllm.entrypoints.openai.cli_args")
+
+
+def test_a_broken_new_location_is_reported_not_skipped(tmp_path):
+    stub = stub_vllm(tmp_path)
+    move_parser_to_the_0_33_location(stub, keep_old=True)
+    (stub / "vllm" / "entrypoints" / "common" / "cli_args.py").write_text("import no_such_dep\n")
+    code, result = check(tmp_path, json.dumps(GOOD), PYTHONPATH=str(stub))
+    assert code == 1
+    assert "vllm.entrypoints.common.cli_args" in result["error"]
+    assert "no_such_dep" in result["error"]

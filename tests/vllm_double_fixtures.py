@@ -193,3 +193,36 @@ def double_factory(tmp_path: Path):
     yield start
     for server in servers:
         server.stop()
+
+
+ROLE = ROOT / "roles" / "vllm_dual_fast"
+
+
+def role_filters():
+    """The role's filter plugin module (roles/vllm_dual_fast/filter_plugins/vllm_dual_fast.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "vdf_role_filters", ROLE / "filter_plugins" / "vllm_dual_fast.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def role_cfg(**overrides) -> dict:
+    """The settings dict deploy.yml hands to the serve filters (its `_cfg`), rendered from the
+    role's defaults plus overrides with Jinja's native types, as Ansible keeps them."""
+    import yaml
+    from ansible.plugins.filter.core import FilterModule
+    from jinja2.nativetypes import NativeEnvironment
+
+    tasks = yaml.safe_load((ROLE / "tasks" / "deploy.yml").read_text())
+    cfg = next(t["vars"]["_cfg"] for t in tasks if "_cfg" in (t.get("vars") or {}))
+    variables = dict(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()), **overrides)
+    env = NativeEnvironment()
+    env.filters.update(FilterModule().filters())  # bool, to_json, ... as Ansible has them
+    return {key: env.from_string(value).render(variables) if isinstance(value, str) else value
+            for key, value in cfg.items()}
+
+
+def role_serve_args(**overrides) -> list:
+    """The `vllm serve` argv the role builds from its defaults plus overrides."""
+    return role_filters().serve_args(role_cfg(**overrides))

@@ -74,14 +74,23 @@ def daemon_json_merge(existing, options):
 
 def serve_args(cfg):
     """The `vllm serve` argv (after `serve`) for a settings dict taken from the role's variables.
-    Without NVLink the 3090s have no fast peer path: custom all-reduce is turned off."""
+    Without NVLink the 3090s have no fast peer path: custom all-reduce is turned off.
+    An empty quantization passes no --quantization: vLLM reads the method from the checkpoint's
+    config (AutoRound checkpoints load as `inc`; vLLM 0.27.1 knows no `auto_round`). A revision
+    pins weights and tokenizer alike. A tool-call parser is only loaded together with
+    --enable-auto-tool-choice, and that flag is refused without a parser: both or neither."""
     args = [
         cfg["model"],
         "--served-model-name", cfg["served_model_name"],
         # All interfaces of the container only; the host publishes the port on loopback by default.
         "--host", "0.0.0.0",  # noqa: S104
         "--port", "8000",
-        "--quantization", cfg["quantization"],
+    ]
+    if cfg.get("revision"):
+        args += ["--revision", str(cfg["revision"]), "--tokenizer-revision", str(cfg["revision"])]
+    if cfg.get("quantization"):
+        args += ["--quantization", cfg["quantization"]]
+    args += [
         "--dtype", cfg["dtype"],
         "--tensor-parallel-size", str(cfg["tensor_parallel_size"]),
         "--max-model-len", str(cfg["max_model_len"]),
@@ -96,8 +105,8 @@ def serve_args(cfg):
         args.append("--enable-chunked-prefill")
     if cfg.get("reasoning_parser"):
         args += ["--reasoning-parser", cfg["reasoning_parser"]]
-    if cfg.get("tool_call_parser"):
-        args += ["--tool-call-parser", cfg["tool_call_parser"]]
+    if cfg.get("tool_calling", True) and cfg.get("tool_call_parser"):
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", cfg["tool_call_parser"]]
     if cfg.get("mtp"):
         spec = {"method": "mtp", "num_speculative_tokens": int(cfg["mtp_num_speculative_tokens"])}
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
@@ -127,16 +136,21 @@ def serve_environment(cfg):
     return env
 
 
+API_KEY_SECRET = "/run/secrets/vllm_api_key"  # noqa: S105 (a path: Compose mounts api-key here)
+
+
 def entrypoint_script(args, patch_enabled, api_key_set):
     """The container's shell entrypoint: patch FlashInfer (set -e: never serve unpatched), then
-    exec vllm serve. `$$` is Compose's escape for a literal `$`."""
-    serve = "exec vllm serve " + " ".join(shlex.quote(a) for a in args)
-    if api_key_set:
-        serve += ' --api-key "$${VLLM_API_KEY}"'
+    exec vllm serve. With an API key, vLLM reads it from VLLM_API_KEY, exported from the Compose
+    secret file, so the key is neither on the command line (`ps`) nor in the container's
+    configured environment (`docker inspect`). `$$` is Compose's escape for a literal `$`."""
     lines = ["set -e"]
     if patch_enabled:
         lines.append("sh /opt/vdf-patches/install.sh")
-    lines.append(serve)
+    if api_key_set:
+        # set -e: an unreadable secret stops the start (the assignment takes cat's status).
+        lines.append(f'VLLM_API_KEY="$$(cat {API_KEY_SECRET})"; export VLLM_API_KEY')
+    lines.append("exec vllm serve " + " ".join(shlex.quote(a) for a in args))
     return "\n".join(lines) + "\n"
 
 
@@ -169,10 +183,34 @@ def health_failures(checks):
     if not after or before != after:
         went = f"from {before or 'none'} to {after or 'none'}"
         failures.append(f"container restart count went {went}")
-    status = (checks.get("patch") or {}).get("status", "not-readable")
-    if status not in PATCH_OK:
-        failures.append(f"FlashInfer patch status is {status} (expected patched or upstream-fixed)")
+    failures += _patch_failures(checks)
     return failures
+
+
+def _patch_failures(checks):
+    """The FlashInfer patch checks. With the patch on, the container must be patched (or fixed
+    upstream); with it off, the image's FlashInfer may still be pinned only while the race is not
+    exposed (no MTP, or fewer than 4 sequences)."""
+    status = (checks.get("patch") or {}).get("status")
+    stderr = checks.get("patch_stderr") or ""
+    if not status and re.search(r"is not running|is restarting|No such container", stderr):
+        return ["FlashInfer patch status unknown: the container was not running when it was asked"]
+    if not status:
+        said = stderr.strip()[-200:] or "the patcher printed nothing"
+        return [f"FlashInfer patch status unreadable: {said}"]
+    if checks.get("patch_enabled", True):
+        if status not in PATCH_OK:
+            return [f"FlashInfer patch status is {status} (expected patched or upstream-fixed)"]
+        return []
+    if status == "unpatched" and checks.get("race_exposed"):
+        return [
+            "the image's FlashInfer still pins the decode plan buffer while MTP runs with"
+            f" max_num_seqs {checks.get('max_num_seqs')}: the Xid 31 race of vllm#40756;"
+            " set vllm_dual_fast_patch_enabled: true (or use an image whose FlashInfer is fixed)"
+        ]
+    if status == "drift":
+        return ["FlashInfer's decode.py is in a shape the patcher does not know (drift)"]
+    return []
 
 
 class FilterModule:

@@ -3,14 +3,20 @@
 Endpoints (http.server, one thread per request): GET /health (200 once listening, as vLLM),
 GET /version, GET /v1/models, POST /v1/chat/completions (OpenAI-shaped, non-streaming, usage
 counted as whitespace words). `/v1/...` needs `Authorization: Bearer KEY` when --api-key or env
-VLLM_API_KEY is set (401 otherwise), as vLLM.
+VLLM_API_KEY is set (401 otherwise; --api-key wins over the environment), as vLLM.
 
 The crash (vllm issue #40756, what the project patches): when speculative decoding is on
 (--speculative-config with num_speculative_tokens >= 1), --max-num-seqs >= 4 (unset counts as
 vLLM's default, 256) and FlashInfer's decode.py still allocates its plan buffer with
 pin_memory=True (see flashinfer_check; judged once at start, when real vLLM imports FlashInfer),
 the moment 4 chat requests are in flight together the process prints the CUDA error to stderr
-and exits 1 (os._exit), as the engine does. Anything else keeps serving.
+(last line: "what():  CUDA error: an illegal memory access was encountered") and exits with status
+134 (os._exit; 128 + SIGABRT, what Docker reports when the engine aborts on that error). Anything
+else keeps serving.
+
+At start, as vLLM: a --quantization name not in vllm.model_executor.layers.quantization's
+QUANTIZATION_METHODS (vLLM 0.27.1's list) exits 1 ("Unknown quantization method"); none given is
+fine (the checkpoint's config decides).
 
 Every start is recorded (argv, parsed flags, environment, FlashInfer state, crash decision) in
 $VLLM_DOUBLE_STATE_DIR (default /var/lib/vllm-double): last-start.json (0600) and one JSON line
@@ -49,8 +55,11 @@ CRASH_LINES = (
     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
     "ERROR [async_llm.py] AsyncLLM output_handler failed. EngineCore died unexpectedly.",
     "vllm-double: simulated vllm issue #40756 (pinned FlashInfer plan buffer, MTP, "
-    "{n} requests in flight); exiting 1",
+    "{n} requests in flight); aborting with exit status 134",
+    "terminate called after throwing an instance of 'c10::AcceleratorError'",
+    "  what():  CUDA error: an illegal memory access was encountered",
 )
+CRASH_EXIT = 134  # 128 + SIGABRT: a process aborting on an uncaught CUDA error (Exited (134))
 WORDS = [
     "the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "the",
     "double", "answers", "every", "request", "with", "a", "short", "and", "plain", "reply",
@@ -170,7 +179,7 @@ class Engine:
         for line in CRASH_LINES:
             sys.stderr.write(line.format(n=n) + "\n")
         sys.stderr.flush()
-        os._exit(1)
+        os._exit(CRASH_EXIT)
 
     def completion(self, body: dict) -> tuple:
         """(status, payload) for one chat completion; may crash the process."""
@@ -311,13 +320,15 @@ def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 0) -> Threa
 
 
 def quantization_error(args):
-    """vLLM's start-time check of --quantization (any name parses; unknown ones fail here)."""
-    from vllm.entrypoints.openai.cli_args import QUANTIZATIONS
+    """vLLM's start-time check of --quantization: any name parses, and one not in
+    QUANTIZATION_METHODS (exact spelling) fails here, as ModelConfig._verify_quantization does.
+    None given: the method comes from the checkpoint's config."""
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
 
-    if args.quantization is None or args.quantization.lower() in QUANTIZATIONS:
+    if args.quantization is None or args.quantization in QUANTIZATION_METHODS:
         return None
     return (f"ValueError: Unknown quantization method: {args.quantization}. Must be one of "
-            f"{QUANTIZATIONS}.")
+            f"{QUANTIZATION_METHODS}.")
 
 
 def gpu_error(args):

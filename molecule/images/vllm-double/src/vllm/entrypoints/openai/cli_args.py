@@ -15,20 +15,6 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 DTYPES = ["auto", "half", "float16", "bfloat16", "float", "float32"]
 KV_CACHE_DTYPES = ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"]
-# vLLM's built-in quantization methods (recent releases; AutoRound checkpoints load as "inc").
-# As in vLLM (`QuantizationMethods | str`), --quantization takes any name at parse time (plugins
-# may register more); an unknown name fails when the engine starts (see vllm._double.server).
-QUANTIZATIONS = [
-    "auto_awq", "auto_gptq", "awq", "awq_marlin", "bitsandbytes", "compressed-tensors",
-    "cpu_awq", "deepseek_v4_fp8", "experts_int8", "fbgemm_fp8", "fp8", "fp8_per_block",
-    "fp8_per_channel", "fp8_per_tensor", "fp_quant", "gguf", "gpt_oss_mxfp4", "gptq",
-    "gptq_marlin", "humming", "inc", "int8_per_channel_weight_only", "modelopt", "modelopt_fp4",
-    "modelopt_mixed", "modelopt_mxfp8", "moe_wna16", "mxfp4", "mxfp8", "nvfp4_per_token",
-    "online", "quark", "torchao",
-    # The reference rigs start v0.27.1 (the seed configuration) with --quantization auto_round
-    # and it serves there, so the double accepts that spelling too.
-    "auto_round",
-]
 UVICORN_LOG_LEVELS = ["critical", "error", "warning", "info", "debug", "trace"]
 EXECUTOR_BACKENDS = ["ray", "mp", "uni", "external_launcher"]
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -102,10 +88,13 @@ def make_arg_parser(parser: FlexibleArgumentParser) -> FlexibleArgumentParser:
     eng.add_argument("--served-model-name", type=str, nargs="+", default=None)
     eng.add_argument("--tokenizer", type=str, default=None)
     eng.add_argument("--revision", type=str, default=None)
+    eng.add_argument("--tokenizer-revision", type=str, default=None)
     eng.add_argument("--download-dir", type=str, default=None)
     eng.add_argument("--load-format", type=str, default="auto")
     eng.add_argument("--trust-remote-code", action=boolean, default=False)
     eng.add_argument("--dtype", choices=DTYPES, default="auto")
+    # Any name parses (vLLM: `QuantizationMethods | str`); the engine refuses at start a name not
+    # in vllm.model_executor.layers.quantization.QUANTIZATION_METHODS (see vllm._double.server).
     eng.add_argument("--quantization", "-q", type=str, default=None)
     eng.add_argument("--max-model-len", type=human_readable_int_or_auto, default=None)
     eng.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)

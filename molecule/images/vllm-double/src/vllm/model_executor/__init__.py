@@ -1,0 +1,1 @@
+"""vllm.model_executor (test double): only the quantization list lives here."""

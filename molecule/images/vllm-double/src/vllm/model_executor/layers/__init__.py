@@ -1,0 +1,1 @@
+"""vllm.model_executor.layers (test double)."""

@@ -1,0 +1,396 @@
+"""Pure helpers for the NVIDIA driver tasks: facts and file text in, plain data out (tested in
+tests/test_driver_filters.py).
+
+Which APT entries are Debian's archive (the ones that get `contrib` and `non-free`):
+an entry (a one-line `deb`/`deb-src` line, or a deb822 stanza) counts when ALL of these hold:
+  1. it is active: not commented out, not `Enabled: no`, not a `cdrom:` source;
+  2. it has components and `main` is one of them (every suite of Debian's archive carries main;
+     Docker's `stable`, NVIDIA's flat `/` repositories and the like do not);
+  3. every suite is the release's codename (or a Debian alias: stable, oldstable, testing,
+     unstable, sid), alone or with -updates, -security, -backports, -backports-sloppy or
+     -proposed-updates: another project's suite (bookworm-pgdg) or another release is not ours;
+  4. it is Debian's by signature or by address: a Signed-By naming debian-archive-keyring, or,
+     when it names no keyring, a URI whose last path segment is `debian` or `debian-security`
+     (also `debian*.list` for mirror+file: lists, as Debian's cloud images use) or whose host is
+     under debian.org. A Signed-By naming any other keyring (or an inline key) is never Debian's.
+Mirror hosts vary, so no host is required. What this cannot tell apart: a third party that copies
+Debian's layout (a /debian path, the release codename, `main`) and names no keyring; APT then only
+warns that such a repository has no `non-free` component.
+"""
+
+import re
+from urllib.parse import urlsplit
+
+WANTED_COMPONENTS = ("contrib", "non-free")
+_SUITE_SUFFIXES = (
+    "",
+    "-updates",
+    "-security",
+    "-backports",
+    "-backports-sloppy",
+    "-proposed-updates",
+)
+_ALIASES = ("stable", "oldstable", "oldoldstable", "testing", "unstable", "sid")
+_ONE_LINE = re.compile(
+    r"^(?P<head>\s*(?P<type>deb|deb-src)\s+(?:\[(?P<options>[^\]]*)\]\s*)?"
+    r"(?P<uri>\S+)\s+(?P<suite>\S+))(?P<components>(?:\s+\S+)*?)(?P<tail>\s*)$"
+)
+_FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_-]*):(?P<value>.*?)(?P<eol>\r?\n?)$", re.S)
+_KERNEL_FLAVOUR = re.compile(
+    r"^\d+\.\d+(?:\.\d+)?(?:-\d+|\+deb\d+|\+bpo)-(?P<flavour>[a-z][a-z0-9-]*)$"
+)
+
+
+# --- 1. Debian archive entries get contrib and non-free -----------------------------------------
+
+
+def _debian_suite(suite, codename):
+    bases = {codename, *_ALIASES} if codename else set(_ALIASES)
+    return any(suite == base + suffix for base in bases for suffix in _SUITE_SUFFIXES)
+
+
+def _debian_address(uri):
+    parts = urlsplit(uri)
+    last = parts.path.rstrip("/").rsplit("/", 1)[-1].lower()
+    if uri.startswith("mirror") and last.endswith(".list"):
+        last = last[: -len(".list")]
+    host = (parts.hostname or "").lower()
+    return (
+        last in ("debian", "debian-security")
+        or host == "debian.org"
+        or host.endswith(".debian.org")
+    )
+
+
+def _is_debian_archive(uris, suites, components, signed_by, codename):
+    if not uris or not suites or "main" not in components:
+        return False
+    if any(uri.startswith("cdrom:") for uri in uris):
+        return False
+    if not all(_debian_suite(suite, codename) for suite in suites):
+        return False
+    if signed_by.strip():
+        return "debian-archive-keyring" in signed_by
+    return all(_debian_address(uri) for uri in uris)
+
+
+def _completed(components):
+    """Components in their order, each once, the wanted ones appended when missing."""
+    unique = list(dict.fromkeys(components))
+    return unique + [c for c in WANTED_COMPONENTS if c not in unique]
+
+
+def _split_comment(line):
+    """(body, comment) of a one-line entry: `#` starts a comment unless inside [options]."""
+    depth = 0
+    for index, char in enumerate(line):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(depth - 1, 0)
+        elif char == "#" and depth == 0:
+            return line[:index], line[index:]
+    return line, ""
+
+
+def _option(options, name):
+    for item in (options or "").split():
+        key, _, value = item.partition("=")
+        if key.lower().rstrip("+-") == name:
+            return value
+    return ""
+
+
+def apt_sources_list_enable(text, codename):
+    """One-line sources.list text with contrib and non-free on every Debian archive entry."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        content = line.rstrip("\r\n")
+        eol = line[len(content) :]
+        body, comment = _split_comment(content)
+        match = _ONE_LINE.match(body)
+        if not match or body.lstrip().startswith("#"):
+            out.append(line)
+            continue
+        components = match["components"].split()
+        signed_by = _option(match["options"], "signed-by")
+        if not _is_debian_archive(
+            [match["uri"]], [match["suite"]], components, signed_by, codename
+        ):
+            out.append(line)
+            continue
+        wanted = _completed(components)
+        if wanted == components:
+            out.append(line)
+            continue
+        if len(set(components)) == len(components):  # only appending: keep the owner's spacing
+            new = (
+                match["head"]
+                + match["components"]
+                + "".join(" " + c for c in wanted[len(components) :])
+            )
+        else:
+            new = match["head"] + " " + " ".join(wanted)
+        out.append(new + match["tail"] + comment + eol)
+    return "".join(out)
+
+
+def _stanzas(lines):
+    """Index ranges of deb822 stanzas (runs of non-blank lines)."""
+    start = None
+    for index, line in enumerate(lines + ["\n"]):
+        if line.strip():
+            start = index if start is None else start
+        elif start is not None:
+            yield start, index
+            start = None
+
+
+def _fields(lines, start, end):
+    """{lower-case name: (value, index of the field's last line)}, comments skipped."""
+    fields, name = {}, None
+    for index in range(start, end):
+        line = lines[index]
+        if line.startswith("#"):
+            continue
+        if line[:1] in (" ", "\t") and name:
+            value, _ = fields[name]
+            fields[name] = (value + " " + line.strip(), index)
+            continue
+        match = _FIELD.match(line)
+        if match:
+            name = match["name"].lower()
+            fields[name] = (match["value"].strip(), index)
+    return fields
+
+
+def apt_deb822_enable(text, codename):
+    """deb822 .sources text with contrib and non-free on every Debian archive stanza."""
+    lines = text.splitlines(keepends=True)
+    for start, end in _stanzas(lines):
+        fields = _fields(lines, start, end)
+        values = {name: value for name, (value, _) in fields.items()}
+        if values.get("enabled", "").lower() == "no":
+            continue
+        if not {"deb", "deb-src"} & set(values.get("types", "").split()):
+            continue
+        components = values.get("components", "").split()
+        uris, suites = values.get("uris", "").split(), values.get("suites", "").split()
+        if not _is_debian_archive(uris, suites, components, values.get("signed-by", ""), codename):
+            continue
+        missing = [c for c in _completed(components) if c not in components]
+        if not missing:
+            continue
+        last = fields["components"][1]  # the field's last line: append there
+        content = lines[last].rstrip("\r\n")
+        stripped = content.rstrip()
+        appended = "".join(" " + c for c in missing)
+        lines[last] = stripped + appended + content[len(stripped) :] + lines[last][len(content) :]
+    return "".join(lines)
+
+
+def apt_sources_enable(text, path, codename):
+    """The right one of the two by file name: *.sources is deb822, anything else one-line."""
+    if str(path).endswith(".sources"):
+        return apt_deb822_enable(text, codename)
+    return apt_sources_list_enable(text, codename)
+
+
+# --- 2. the packaged driver's version -----------------------------------------------------------
+
+
+def apt_policy_candidate(stdout):
+    """The Candidate of `apt-cache policy <one package>`, or "" when APT has none."""
+    match = re.search(r"^\s*Candidate:\s*(\S+)", stdout or "", re.M)
+    return "" if not match or match[1] == "(none)" else match[1]
+
+
+def upstream_version(version):
+    """550.163.01-2 -> 550.163.01; 1:580.95.05-1 -> 580.95.05 (no epoch, no Debian revision)."""
+    version = str(version).split(":", 1)[-1]
+    return version.rsplit("-", 1)[0] if "-" in version else version
+
+
+def _numbers(version):
+    return tuple(int(part) for part in re.findall(r"\d+", str(version)))
+
+
+def driver_candidate_problem(candidate, minimum, package="nvidia-driver"):
+    """Empty when APT's candidate is at least the minimum; else what is wrong and the ways out."""
+    ways_out = (
+        "Either set vllm_dual_fast_driver_source: cuda_repo to install the "
+        "vllm_dual_fast_driver_branch from NVIDIA's CUDA repository, or, if you accept the older "
+        "driver for your vLLM image, lower vllm_dual_fast_driver_min_version."
+    )
+    if not candidate:
+        return (
+            f"APT has no candidate for {package}: the non-free component is not enabled for "
+            f"Debian's archive (see /etc/apt/sources.list and /etc/apt/sources.list.d). {ways_out}"
+        )
+    upstream = upstream_version(candidate)
+    if _numbers(upstream) >= _numbers(minimum):
+        return ""
+    return (
+        f"APT would install {package} {upstream} ({candidate}), older than "
+        f"vllm_dual_fast_driver_min_version {minimum}, which the vLLM image's CUDA needs. "
+        f"No package was installed. {ways_out}"
+    )
+
+
+# --- 3. CUDA repository -------------------------------------------------------------------------
+
+
+def cuda_repo_dir(distribution, version, architecture="x86_64"):
+    """NVIDIA's repository folder: debian12/x86_64, ubuntu2204/x86_64 (Debian by major version,
+    Ubuntu by year and month; arm64 servers are `sbsa`)."""
+    name = str(distribution).lower()
+    parts = str(version).split(".")
+    release = parts[0] if name == "debian" else "".join(parts[:2])
+    arch = {"aarch64": "sbsa", "arm64": "sbsa", "amd64": "x86_64"}.get(architecture, architecture)
+    return f"{name}{release}/{arch}"
+
+
+# --- 4. Ubuntu: Canonical's signed, prebuilt modules --------------------------------------------
+
+
+def _kernel_flavour(kernel):
+    match = _KERNEL_FLAVOUR.match(str(kernel))
+    return match["flavour"] if match else None
+
+
+def ubuntu_kernel_flavour(kernel, packages, release=None):
+    """The flavour of the installed kernel meta package: generic, lowlatency, ... or its HWE
+    variant (generic-hwe-22.04) when linux-<flavour>-hwe-<release> (or its linux-image- meta) is
+    installed, since that meta package decides which kernel boots next."""
+    base = _kernel_flavour(kernel) or "generic"
+    hwe = re.compile(rf"^linux-(?:image-)?({re.escape(base)}-hwe-(\d\d\.\d\d))$")
+    found = sorted(
+        match[1]
+        for match in map(hwe.match, packages or {})
+        if match and (not release or match[2] == str(release))
+    )
+    return found[-1] if found else base
+
+
+def ubuntu_driver_packages(branch, flavour):
+    """Canonical's compute-host set: user space without DKMS, and the signed module meta package
+    of the kernel flavour (it follows every kernel update of that flavour)."""
+    return [
+        f"nvidia-headless-no-dkms-{branch}-server",
+        f"nvidia-utils-{branch}-server",
+        f"linux-modules-nvidia-{branch}-server-{flavour}",
+    ]
+
+
+def kernel_headers_package(kernel, distribution, packages=None):
+    """The headers meta package that follows kernel updates (DKMS then builds for the next
+    kernel too): Debian linux-headers-<flavour> (amd64, cloud-amd64, ...), Ubuntu
+    linux-headers-<kernel meta flavour>; linux-headers-<running kernel> when no flavour is known."""
+    name = str(distribution).lower()
+    if name == "ubuntu":
+        return f"linux-headers-{ubuntu_kernel_flavour(kernel, packages)}"
+    flavour = _kernel_flavour(kernel) if name == "debian" else None
+    return f"linux-headers-{flavour or kernel}"
+
+
+# --- 5. Secure Boot -----------------------------------------------------------------------------
+
+MOK_KEYS = {
+    # DKMS (3.x, Debian 12/13) signs with its own key and writes it here on its first build.
+    "debian": ("/var/lib/dkms/mok.pub", "sudo apt install dkms && sudo dkms generate_mok"),
+    # Ubuntu's DKMS signs with shim-signed's MOK.
+    "ubuntu": ("/var/lib/shim-signed/mok/MOK.der", "sudo update-secureboot-policy --new-key"),
+}
+
+
+def secure_boot_state(result):
+    """enabled / disabled / unknown from the registered `mokutil --sb-state` result. A host
+    without mokutil (command not found) is unknown, not off; a host without EFI has none."""
+    result = result or {}
+    text = f"{result.get('stdout', '')}\n{result.get('stderr', '')}"
+    if "SecureBoot enabled" in text:
+        return "enabled"
+    if "SecureBoot disabled" in text or "EFI variables are not supported" in text:
+        return "disabled"
+    return "unknown"
+
+
+def secure_boot_refusal(family):
+    """Why the play stops on a Secure Boot host whose module DKMS would build, with the key path
+    of this distribution's DKMS."""
+    key, create = MOK_KEYS.get(family, MOK_KEYS["debian"])
+    return (
+        "Secure Boot is on and this driver's kernel module is built by DKMS, so the kernel would "
+        "refuse it unless it is signed by a key enrolled in the firmware. Either enrol the DKMS "
+        f"signing key ({create} creates it if it is missing; then sudo mokutil --import {key}, "
+        "reboot, confirm in the blue MOK screen) and set vllm_dual_fast_secure_boot_mok_enrolled: "
+        "true, or turn Secure Boot off in the firmware."
+    )
+
+
+# --- 6. holds -----------------------------------------------------------------------------------
+
+# The driver's user space: what containers and nvidia-smi load, which must stay the version of the
+# loaded module until the owner upgrades and reboots on purpose. Kernel-following packages (the
+# DKMS source, Ubuntu's linux-modules-nvidia-* meta, headers) are never held: they must move with
+# every kernel update, and their version is already tied to the held packages by exact (=)
+# dependencies (Debian's nvidia-driver on nvidia-kernel-dkms; Ubuntu's module packages on
+# nvidia-kernel-common-<branch>).
+_USER_SPACE = {
+    ("debian", "distro"): ["nvidia-driver", "libcuda1", "nvidia-smi", "nvidia-persistenced"],
+    ("ubuntu", "distro"): ["nvidia-headless-no-dkms-{b}-server", "nvidia-utils-{b}-server"],
+    # NVIDIA's repository: Debian-style names on Debian, branch-suffixed names on Ubuntu; the
+    # apt preferences file keeps apt on the branch, the hold on the installed point release.
+    ("debian", "cuda_repo"): [
+        "nvidia-driver",
+        "nvidia-driver-cuda",
+        "libcuda1",
+        "nvidia-smi",
+        "nvidia-persistenced",
+    ],
+    ("ubuntu", "cuda_repo"): [
+        "nvidia-driver-{b}",
+        "libnvidia-compute-{b}",
+        "nvidia-utils-{b}",
+        "nvidia-compute-utils-{b}",
+    ],
+}
+_KERNEL_FOLLOWING_HELD = re.compile(r"^(nvidia-kernel-dkms|linux-modules-nvidia-\S+)$")
+
+
+def driver_hold_packages(family, source, branch, installed=None):
+    """The packages to hold for this family and source; with `installed` (package facts or
+    names), only those present (NVIDIA's repository names differ between releases)."""
+    names = [name.format(b=branch) for name in _USER_SPACE[(family, source)]]
+    if installed is not None:
+        names = [name for name in names if name in installed]
+    return names
+
+
+def kernel_following_holds(showhold):
+    """Kernel-following packages among `apt-mark showhold`'s output: earlier runs of this role
+    held nvidia-kernel-dkms (Debian) and linux-modules-nvidia-* (Ubuntu); they are released."""
+    return [
+        line.strip()
+        for line in (showhold or "").splitlines()
+        if _KERNEL_FOLLOWING_HELD.match(line.strip())
+    ]
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "vllm_dual_fast_apt_sources_enable": apt_sources_enable,
+            "vllm_dual_fast_apt_sources_list_enable": apt_sources_list_enable,
+            "vllm_dual_fast_apt_deb822_enable": apt_deb822_enable,
+            "vllm_dual_fast_apt_policy_candidate": apt_policy_candidate,
+            "vllm_dual_fast_driver_candidate_problem": driver_candidate_problem,
+            "vllm_dual_fast_cuda_repo_dir": cuda_repo_dir,
+            "vllm_dual_fast_ubuntu_kernel_flavour": ubuntu_kernel_flavour,
+            "vllm_dual_fast_ubuntu_driver_packages": ubuntu_driver_packages,
+            "vllm_dual_fast_kernel_headers_package": kernel_headers_package,
+            "vllm_dual_fast_secure_boot_state": secure_boot_state,
+            "vllm_dual_fast_secure_boot_refusal": secure_boot_refusal,
+            "vllm_dual_fast_driver_hold_packages": driver_hold_packages,
+            "vllm_dual_fast_kernel_following_holds": kernel_following_holds,
+        }

@@ -1,0 +1,25 @@
+"""Container-stack choices (pure; tested in tests/test_stack_filters.py)."""
+
+# Engines an owner may already run, and the Compose v2 plugin that goes with each.
+_ENGINE_FAMILIES = (
+    ("docker-ce", ["docker-ce", "docker-ce-cli", "containerd.io", "docker-compose-plugin"]),
+    ("docker.io", None),  # Debian's and Ubuntu's own: the distribution's package set
+    ("moby-engine", ["moby-engine", "moby-cli", "moby-compose"]),
+)
+
+
+def docker_packages(installed, from_repo, distro_packages, repo_packages):
+    """The Docker packages to make present. An engine the owner already installed decides the
+    family (installing the other family's engine would make apt remove theirs); otherwise the
+    role's choice does (`from_repo`: Docker's repository, else the distribution's packages).
+    installed: the names of the installed packages (package_facts keys)."""
+    installed = set(installed or [])
+    for engine, family in _ENGINE_FAMILIES:
+        if engine in installed:
+            return list(family if family is not None else distro_packages)
+    return list(repo_packages if from_repo else distro_packages)
+
+
+class FilterModule:
+    def filters(self):
+        return {"vllm_dual_fast_docker_packages": docker_packages}

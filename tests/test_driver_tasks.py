@@ -1,0 +1,515 @@
+"""The driver's task files and defaults, run by ansible-playbook on localhost against a private
+APT world in a temporary folder (never this machine's /etc/apt): the role's tasks are taken from
+its files unchanged, host facts are passed in, and APT reads a private configuration (APT_CONFIG)
+whose archive is a local file: repository standing in for Debian's."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).parents[1]
+ROLE = ROOT / "roles/vllm_dual_fast"
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+needs_apt = pytest.mark.skipif(
+    shutil.which("apt-get") is None, reason="needs APT (Debian or Ubuntu)"
+)
+
+
+def run_playbook(tmp_path, plays, extra_vars=None, env=None, args=()):
+    playbook = tmp_path / f"play-{len(list(tmp_path.glob('play-*.yml')))}.yml"
+    playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
+    full_env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FILTER_PLUGINS=str(ROLE / "filter_plugins"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        **(env or {}),
+    )
+    result = subprocess.run(
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            str(playbook),
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            json.dumps(extra_vars or {}),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    return result, result.stdout + result.stderr
+
+
+def play(tasks, vars_files=()):
+    return [
+        {
+            "name": "Driver tasks under test",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars_files": [str(p) for p in vars_files],
+            "tasks": tasks,
+        }
+    ]
+
+
+def role_tasks(name):
+    return yaml.safe_load((ROLE / "tasks" / name).read_text())
+
+
+def recap(out):
+    found = re.search(r"localhost\s*:\s*ok=(\d+)\s+changed=(\d+).*failed=(\d+)", out)
+    assert found, out
+    return {"ok": int(found[1]), "changed": int(found[2]), "failed": int(found[3])}
+
+
+# --- defaults rendered for real hosts' facts (item 3, item 6 headers) ---------------------------
+
+HOSTS = {
+    "debian12": {
+        "distribution": "Debian",
+        "distribution_version": "12.11",
+        "distribution_major_version": "12",
+        "architecture": "x86_64",
+        "kernel": "6.1.0-37-amd64",
+    },
+    "debian13": {
+        "distribution": "Debian",
+        "distribution_version": "13.1",
+        "distribution_major_version": "13",
+        "architecture": "x86_64",
+        "kernel": "6.12.48+deb13-amd64",
+    },
+    "ubuntu2204": {
+        "distribution": "Ubuntu",
+        "distribution_version": "22.04",
+        "distribution_major_version": "22",
+        "architecture": "x86_64",
+        "kernel": "5.15.0-160-generic",
+    },
+    "ubuntu2404": {
+        "distribution": "Ubuntu",
+        "distribution_version": "24.04",
+        "distribution_major_version": "24",
+        "architecture": "x86_64",
+        "kernel": "6.8.0-90-generic",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def rendered_defaults(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("defaults")
+    out_file = tmp_path / "rendered.json"
+    tasks = [
+        {
+            "name": "Render the driver defaults for each host's facts",
+            "ansible.builtin.set_fact": {
+                "rendered": "{{ rendered | default({}) | combine({item.key: {"
+                "'url': vllm_dual_fast_cuda_repo_url,"
+                " 'key': vllm_dual_fast_cuda_repo_key_url,"
+                " 'headers': vllm_dual_fast_driver_kernel_headers_package}}) }}"
+            },
+            "vars": {"ansible_facts": "{{ item.value }}"},
+            "loop": "{{ hosts | dict2items }}",
+        },
+        {
+            "name": "Write them out",
+            "ansible.builtin.copy": {
+                "content": "{{ rendered | to_json }}",
+                "dest": str(out_file),
+                "mode": "0644",
+            },
+        },
+    ]
+    result, out = run_playbook(
+        tmp_path, play(tasks, [ROLE / "defaults/main.yml"]), {"hosts": HOSTS}
+    )
+    assert result.returncode == 0, out
+    return json.loads(out_file.read_text())
+
+
+@pytest.mark.parametrize(
+    ("host", "directory"),
+    [
+        ("debian12", "debian12"),
+        ("debian13", "debian13"),
+        ("ubuntu2204", "ubuntu2204"),
+        ("ubuntu2404", "ubuntu2404"),
+    ],
+)
+def test_cuda_repo_url_uses_the_distributions_major_version(rendered_defaults, host, directory):
+    url = f"https://developer.download.nvidia.com/compute/cuda/repos/{directory}/x86_64"
+    assert rendered_defaults[host]["url"] == url
+    assert rendered_defaults[host]["key"] == f"{url}/3bf863cc.pub"
+
+
+@pytest.mark.parametrize("host", ["debian12", "debian13"])
+def test_debian_headers_default_is_the_meta_package(rendered_defaults, host):
+    assert rendered_defaults[host]["headers"] == "linux-headers-amd64"
+
+
+# --- a private APT world: Debian's archive as a local file: repository --------------------------
+
+
+def write_suite(archive, suite, packages_by_component):
+    """dists/<suite> with Packages (binary-amd64) and empty Sources for every component, and a
+    Release listing their hashes (unsigned: the private APT config allows insecure repositories)."""
+    dist = archive / "dists" / suite
+    lines = []
+    for component in ("main", "contrib", "non-free", "non-free-firmware"):
+        for rel, text in (
+            (f"{component}/binary-amd64/Packages", packages_by_component.get(component, "")),
+            (f"{component}/source/Sources", ""),
+        ):
+            path = dist / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            lines.append(f" {hashlib.sha256(text.encode()).hexdigest()} {len(text.encode())} {rel}")
+    (dist / "Release").write_text(
+        f"Origin: Debian\nLabel: Debian\nSuite: {suite}\nCodename: {suite.split('-')[0]}\n"
+        "Date: Thu, 01 Jan 2026 00:00:00 UTC\nArchitectures: amd64\n"
+        "Components: main contrib non-free non-free-firmware\nSHA256:\n" + "\n".join(lines) + "\n"
+    )
+
+
+def stanza(package, version):
+    return (
+        f"Package: {package}\nVersion: {version}\nArchitecture: amd64\nMaintainer: x <x@x>\n"
+        f"Filename: pool/{package}_{version}.deb\nSize: 1\nDescription: double\n\n"
+    )
+
+
+def apt_world(tmp_path, codename, driver_version):
+    """etc/apt (what the tasks edit), the archive double, and an APT_CONFIG that reads only them."""
+    etc = tmp_path / "etc/apt"
+    for sub in ("sources.list.d", "preferences.d", "apt.conf.d", "empty.d"):
+        (etc / sub).mkdir(parents=True, exist_ok=True)
+    archive = tmp_path / "mirror/debian"
+    security = tmp_path / "mirror/debian-security"
+    write_suite(archive, codename, {"non-free": stanza("nvidia-driver", driver_version)})
+    write_suite(archive, f"{codename}-updates", {})
+    write_suite(security, f"{codename}-security", {})
+    state = tmp_path / "apt-state"
+    for sub in ("lists/partial", "cache/archives/partial"):
+        (state / sub).mkdir(parents=True, exist_ok=True)
+    conf = tmp_path / "apt.conf"
+    conf.write_text(
+        f'Dir::Etc "{etc}";\nDir::Etc::sourceparts "{etc}/sources.list.d";\n'
+        f'Dir::State::Lists "{state}/lists";\nDir::Cache "{state}/cache";\n'
+        'Dir::State::status "/dev/null";\n'
+        'Acquire::Languages "none";\nAPT::Architecture "amd64";\nAPT::Architectures { "amd64"; };\n'
+        'Acquire::AllowInsecureRepositories "true";\n'
+    )
+    return etc, archive, security, conf
+
+
+def no_host_apt_paths(tasks):
+    """The tasks reach APT's folder only through _vllm_dual_fast_apt_dir, so a test can point them
+    at a temporary one: nothing here may touch this machine's /etc/apt."""
+    assert "/etc/apt" not in yaml.safe_dump(tasks), yaml.safe_dump(tasks)
+    return tasks
+
+
+def debian_tasks_before_install():
+    """driver_debian.yml up to its first package installation, with the package-list refresh
+    replaced by `apt-get update` (the apt module would use this machine's python-apt cache)."""
+    tasks = []
+    for task in role_tasks("driver_debian.yml"):
+        apt = task.get("ansible.builtin.apt")
+        if apt is not None and apt.get("name"):
+            return no_host_apt_paths(tasks)
+        if apt is not None:
+            task = {
+                "name": task["name"],
+                "ansible.builtin.command": "apt-get update -q",
+                "changed_when": False,
+                "when": task.get("when", True),
+            }
+        tasks.append(task)
+    raise AssertionError("driver_debian.yml installs nothing")
+
+
+DEBIAN_FACTS = {
+    "bookworm": {
+        "distribution": "Debian",
+        "distribution_release": "bookworm",
+        "distribution_major_version": "12",
+    },
+    "trixie": {
+        "distribution": "Debian",
+        "distribution_release": "trixie",
+        "distribution_major_version": "13",
+    },
+}
+
+
+def run_debian_driver(tmp_path, codename, etc, conf, minimum, args=()):
+    return run_playbook(
+        tmp_path,
+        play(debian_tasks_before_install()),
+        {
+            "ansible_facts": DEBIAN_FACTS[codename],
+            "_vllm_dual_fast_apt_dir": str(etc),
+            "vllm_dual_fast_driver_min_version": minimum,
+            "vllm_dual_fast_driver_branch": 580,
+            "vllm_dual_fast_driver_source": "distro",
+        },
+        env={"APT_CONFIG": str(conf)},
+        args=args,
+    )
+
+
+@needs_apt
+def test_stock_bookworm_host_gets_non_free_then_fails_naming_the_old_driver(tmp_path):
+    etc, archive, security, conf = apt_world(tmp_path, "bookworm", "535.261.03-1")
+    # The installer's sources.list, with the mirror double in place of deb.debian.org.
+    stock = (Path(__file__).parent / "test_driver_filters.py").read_text()
+    stock = stock.split('BOOKWORM_SOURCES_LIST = """\\\n', 1)[1].split('"""', 1)[0]
+    stock = stock.replace("http://deb.debian.org/debian/", f"file:{archive}/")
+    stock = stock.replace("http://security.debian.org/debian-security", f"file:{security}")
+    (etc / "sources.list").write_text(stock)
+    (etc / "sources.list").chmod(0o640)
+    # Third-party sources next to it; APT is not pointed at them (no network here), the tasks are.
+    docker = (
+        "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] "
+        "https://download.docker.com/linux/debian bookworm stable\n"
+    )
+    (etc / "sources.list.d/docker.list").write_text(docker)
+    conf.write_text(conf.read_text().replace(f"{etc}/sources.list.d", f"{etc}/empty.d"))
+
+    result, out = run_debian_driver(tmp_path, "bookworm", etc, conf, "575")
+
+    assert result.returncode != 0, out
+    assert "535.261.03" in out and "575" in out, out
+    assert "vllm_dual_fast_driver_source: cuda_repo" in out, out
+    assert "vllm_dual_fast_driver_min_version" in out, out
+    text = (etc / "sources.list").read_text()
+    archive_lines = [line for line in text.splitlines() if line.startswith("deb")]
+    assert len(archive_lines) == 6
+    assert all(
+        line.endswith(" main non-free-firmware contrib non-free") for line in archive_lines
+    ), text
+    assert text.splitlines()[0].startswith("#deb cdrom:") and text.splitlines()[0].endswith(
+        "main non-free-firmware"
+    )
+    assert stat.S_IMODE((etc / "sources.list").stat().st_mode) == 0o640
+    assert list(etc.glob("sources.list.*~")), "no backup of sources.list"
+    assert (etc / "sources.list.d/docker.list").read_text() == docker
+    assert not list((etc / "sources.list.d").glob("docker.list.*~"))
+
+
+@needs_apt
+def test_stock_trixie_host_check_mode_then_converges_and_is_idempotent(tmp_path):
+    etc, archive, security, conf = apt_world(tmp_path, "trixie", "550.163.01-2")
+    stock = (
+        f"Types: deb deb-src\nURIs: file:{archive}/\nSuites: trixie trixie-updates\n"
+        "Components: main non-free-firmware\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+        f"Types: deb deb-src\nURIs: file:{security}/\nSuites: trixie-security\n"
+        "Components: main non-free-firmware\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    )
+    # Signed-By names a keyring APT would check: the double is unsigned, so the private
+    # configuration trusts it instead (the tasks see the file as the installer wrote it).
+    conf.write_text(conf.read_text() + 'Acquire::Check-Valid-Until "false";\n')
+    sources = etc / "sources.list.d/debian.sources"
+    sources.write_text(stock)
+
+    check, out = run_debian_driver(tmp_path, "trixie", etc, conf, "550", args=("--check", "--diff"))
+    assert check.returncode == 0, out
+    assert "+Components: main non-free-firmware contrib non-free" in out, out
+    assert sources.read_text() == stock
+
+    first, out = run_debian_driver(tmp_path, "trixie", etc, conf, "550")
+    assert first.returncode == 0, out
+    assert recap(out)["changed"] == 1, out
+    assert sources.read_text() == stock.replace(
+        "Components: main non-free-firmware", "Components: main non-free-firmware contrib non-free"
+    )
+
+    second, out = run_debian_driver(tmp_path, "trixie", etc, conf, "550")
+    assert second.returncode == 0, out
+    assert recap(out)["changed"] == 0, out
+    assert not (etc / "sources.list").exists()
+
+
+# --- CUDA repository: the branch lock ---------------------------------------------------------
+
+
+@needs_apt
+def test_cuda_repo_preferences_lock_the_driver_branch_and_leave_other_nvidia_packages(tmp_path):
+    etc, archive, security, conf = apt_world(tmp_path, "bookworm", "535.261.03-1")
+    # A flat repository double with NVIDIA's package names across two branches.
+    cuda = tmp_path / "cuda"
+    cuda.mkdir()
+    packages = (
+        "".join(
+            stanza(name, version)
+            for name in (
+                "nvidia-driver",
+                "libcuda1",
+                "nvidia-kernel-dkms",
+                "cuda-drivers",
+                "nvidia-driver-580",
+                "libnvidia-compute-580",
+            )
+            for version in ("580.105.08-1", "590.44.01-1")
+        )
+        + stanza("cuda-drivers-580", "580.105.08-1")
+        + stanza("nvidia-container-toolkit", "1.18.0-1")
+    )
+    (cuda / "Packages").write_text(packages)
+    (cuda / "Release").write_text(
+        "Origin: NVIDIA\nLabel: NVIDIA CUDA\nDate: Thu, 01 Jan 2026 00:00:00 UTC\nSHA256:\n"
+        f" {hashlib.sha256(packages.encode()).hexdigest()} {len(packages.encode())} Packages\n"
+    )
+    (etc / "sources.list.d/cuda.list").write_text(f"deb file:{cuda} ./\n")
+
+    pin_tasks = [t for t in role_tasks("driver_cuda_repo.yml") if "ansible.builtin.template" in t]
+    assert len(pin_tasks) == 1, "driver_cuda_repo.yml renders one template: the preferences file"
+    install = next(
+        i
+        for i, t in enumerate(role_tasks("driver_cuda_repo.yml"))
+        if "ansible.builtin.apt" in t
+        and "cuda-drivers" in str(t["ansible.builtin.apt"].get("name"))
+    )
+    assert role_tasks("driver_cuda_repo.yml").index(pin_tasks[0]) < install, "pin before install"
+    no_host_apt_paths(pin_tasks)
+    template = pin_tasks[0]["ansible.builtin.template"]
+    template["src"] = str(ROLE / "templates" / template["src"])  # outside the role: absolute
+    result, out = run_playbook(
+        tmp_path,
+        play(pin_tasks),
+        {"_vllm_dual_fast_apt_dir": str(etc), "vllm_dual_fast_driver_branch": 580},
+    )
+    assert result.returncode == 0, out
+    pref = etc / "preferences.d/vllm-dual-fast-nvidia-driver.pref"
+    assert re.search(r"^Pin: version 580\.\*$", pref.read_text(), re.M), pref.read_text()
+    assert re.search(r"^Pin-Priority: 1001$", pref.read_text(), re.M), pref.read_text()
+    assert stat.S_IMODE(pref.stat().st_mode) == 0o644
+
+    apt_env = dict(os.environ, APT_CONFIG=str(conf))
+    subprocess.run(
+        ["apt-get", "update", "-q"], env=apt_env, check=True, capture_output=True, timeout=120
+    )
+    policy = subprocess.run(
+        [
+            "apt-cache",
+            "policy",
+            "nvidia-driver",
+            "libcuda1",
+            "nvidia-kernel-dkms",
+            "cuda-drivers",
+            "nvidia-driver-580",
+            "libnvidia-compute-580",
+            "nvidia-container-toolkit",
+        ],
+        env=apt_env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    candidates = dict(re.findall(r"^(\S+):\n\s+Installed: .*\n\s+Candidate: (\S+)", policy, re.M))
+    assert candidates == {
+        "nvidia-driver": "580.105.08-1",
+        "libcuda1": "580.105.08-1",
+        "nvidia-kernel-dkms": "580.105.08-1",
+        "cuda-drivers": "580.105.08-1",
+        "nvidia-driver-580": "580.105.08-1",
+        "libnvidia-compute-580": "580.105.08-1",
+        "nvidia-container-toolkit": "1.18.0-1",
+    }, policy
+
+
+# --- Secure Boot in preflight -------------------------------------------------------------------
+
+
+def secure_boot_tasks():
+    tasks = [t for t in role_tasks("preflight.yml") if "Secure Boot" in t["name"]]
+    assert len(tasks) >= 2, [t["name"] for t in role_tasks("preflight.yml")]
+    return tasks
+
+
+SB_VARS = {
+    "vllm_dual_fast_driver_satisfied": False,
+    "vllm_dual_fast_driver_install": True,
+    "vllm_dual_fast_stages": ["preflight", "driver"],
+    "vllm_dual_fast_secure_boot_mok_enrolled": False,
+}
+
+
+@pytest.mark.skipif(shutil.which("mokutil") is not None, reason="needs a host without mokutil")
+def test_secure_boot_without_mokutil_is_unknown_and_warned_not_off(tmp_path):
+    result, out = run_playbook(
+        tmp_path,
+        play(secure_boot_tasks()),
+        {
+            **SB_VARS,
+            "_vllm_dual_fast_driver_family": "debian",
+            "vllm_dual_fast_driver_source": "distro",
+        },
+    )
+    assert result.returncode == 0, out
+    # The warning itself (a debug message), not only its task's title.
+    assert re.search(r"msg\"?:\s*['\"]?Secure Boot state is unknown: mokutil", out), out
+
+
+@pytest.mark.parametrize(
+    ("family", "source", "key"),
+    [
+        ("debian", "distro", "/var/lib/dkms/mok.pub"),
+        ("ubuntu", "cuda_repo", "/var/lib/shim-signed/mok/MOK.der"),
+    ],
+)
+def test_secure_boot_on_stops_a_dkms_install_naming_the_distributions_key(
+    tmp_path, family, source, key
+):
+    # Extra vars outrank the registered mokutil result: this is what an enabled host prints.
+    result, out = run_playbook(
+        tmp_path,
+        play(secure_boot_tasks()),
+        {
+            **SB_VARS,
+            "_vllm_dual_fast_driver_family": family,
+            "vllm_dual_fast_driver_source": source,
+            "_vllm_dual_fast_sb": {"rc": 0, "stdout": "SecureBoot enabled", "stderr": ""},
+        },
+    )
+    assert result.returncode != 0, out
+    assert f"mokutil --import {key}" in out, out
+
+
+def test_secure_boot_on_lets_ubuntus_signed_modules_through(tmp_path):
+    result, out = run_playbook(
+        tmp_path,
+        play(secure_boot_tasks()),
+        {
+            **SB_VARS,
+            "_vllm_dual_fast_driver_family": "ubuntu",
+            "vllm_dual_fast_driver_source": "distro",
+            "_vllm_dual_fast_sb": {"rc": 0, "stdout": "SecureBoot enabled", "stderr": ""},
+        },
+    )
+    assert result.returncode == 0, out

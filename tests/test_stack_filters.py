@@ -1,0 +1,27 @@
+"""Which Docker packages the role asks for: never the other family's engine over the owner's."""
+
+import importlib.util
+from pathlib import Path
+
+_PATH = Path(__file__).parents[1] / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_stack.py"
+_spec = importlib.util.spec_from_file_location("stack_filters", _PATH)
+stack = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stack)
+
+DEBIAN13 = ["docker.io", "docker-cli", "docker-compose"]
+REPO = ["docker-ce", "docker-ce-cli", "containerd.io", "docker-compose-plugin"]
+
+
+def test_an_owner_installed_docker_ce_is_kept_on_a_distro_choice():
+    chosen = stack.docker_packages({"docker-ce": [], "docker-ce-cli": []}, False, DEBIAN13, REPO)
+    assert "docker.io" not in chosen
+    assert "docker-compose-plugin" in chosen
+
+
+def test_an_owner_installed_docker_io_is_kept_on_a_repo_choice():
+    assert stack.docker_packages(["docker.io"], True, DEBIAN13, REPO) == DEBIAN13
+
+
+def test_a_fresh_host_follows_the_choice():
+    assert stack.docker_packages([], False, DEBIAN13, REPO) == DEBIAN13
+    assert stack.docker_packages([], True, DEBIAN13, REPO) == REPO

@@ -51,7 +51,8 @@ build_image() {  # tag context base-tag [build-arg ...]
   DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=${base}" "${extra[@]}" \
     --build-arg "EXTRA_CA_CERTS=$(cat /usr/local/share/ca-certificates/*.crt 2>/dev/null || true)" \
     --label "vdf.inputs=${hash}" -t "${tag}" "${ROOT}/${context}" 2>&1 >/dev/null \
-    | { grep -v -e 'legacy builder is deprecated' -e 'Install the buildx component' -e 'https://docs.docker.com/go/buildx/' -e '^ *$' || true; } >&2
+    | { grep -v -e 'legacy builder is deprecated' -e 'Install the buildx component' -e 'docs.docker.com/go/buildx' \
+        -e 'BuildKit is currently disabled' -e '^ *environment-variable\.$' -e '^ *$' || true; } >&2
   echo "build-images: ${tag} built"
 }
 

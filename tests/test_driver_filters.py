@@ -525,3 +525,25 @@ def test_filter_names_are_prefixed_and_point_at_the_functions():
     assert filters and all(name.startswith("vllm_dual_fast_") for name in filters)
     assert filters["vllm_dual_fast_apt_sources_enable"] is drv.apt_sources_enable
     assert filters["vllm_dual_fast_secure_boot_state"] is drv.secure_boot_state
+
+
+# The reboot decision, taken with the driver's packages in place while the loaded driver is
+# missing or too old (main's rerun after a refused reboot went on as if the driver were loaded).
+def _state(loaded, satisfied, allowed, check):
+    return {"loaded": loaded, "satisfied": satisfied, "reboot_allowed": allowed,
+            "check_mode": check}
+
+
+@pytest.mark.parametrize(
+    ("state", "decision"),
+    [
+        (_state(False, False, True, False), "reboot"),
+        # a rerun after a refused or interrupted reboot: nothing changes now, a reboot is still due
+        (_state(False, False, False, False), "pending"),
+        (_state(True, False, True, False), "reboot"),
+        (_state(False, False, True, True), "pending"),
+        (_state(True, True, True, False), "none"),
+    ],
+)
+def test_reboot_decision(state, decision):
+    assert drv.reboot_decision(state) == decision

@@ -25,3 +25,22 @@ def test_an_owner_installed_docker_io_is_kept_on_a_repo_choice():
 def test_a_fresh_host_follows_the_choice():
     assert stack.docker_packages([], False, DEBIAN13, REPO) == DEBIAN13
     assert stack.docker_packages([], True, DEBIAN13, REPO) == REPO
+
+
+def _place(what, fs, free, need):
+    return {"what": what, "fs": fs, "free_gib": free, "need_gib": need}
+
+
+def test_nothing_left_to_download_needs_only_the_headroom():
+    assert stack.disk_shortfalls([_place("data", "64", 12, 10), _place("docker", "64", 12, 0)]) == []
+
+
+def test_one_file_system_must_hold_both_downloads():
+    [problem] = stack.disk_shortfalls([_place("data", "64", 45, 30), _place("docker", "64", 45, 20)])
+    assert "45 GiB free" in problem and "50 GiB needed" in problem
+    assert "data (30 GiB)" in problem and "docker (20 GiB)" in problem
+
+
+def test_separate_file_systems_are_judged_apart():
+    problems = stack.disk_shortfalls([_place("data", "64", 45, 30), _place("docker", "65", 5, 20)])
+    assert len(problems) == 1 and "docker (20 GiB)" in problems[0] and "5 GiB free" in problems[0]

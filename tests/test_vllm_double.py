@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from vllm_double_fixtures import (
@@ -342,3 +343,25 @@ def test_hf_double_downloads_once_and_serve_finds_it(double, tmp_path):
     assert server.chat(model="Org/Model")[0] == 200
     record = json.loads((tmp_path / "state" / "last-start.json").read_text())
     assert record["model_resolved"] == {"path": snapshot}
+
+
+def test_hf_double_download_takes_its_knob_time_and_resumes_a_partial_file(tmp_path):
+    env = double_env(tmp_path)
+    home = tmp_path / "hf"
+    home.mkdir(exist_ok=True)
+    (home / "vllm-double.json").write_text(json.dumps({"weights_mb": 2, "download_s": 1.0}))
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "vllm._double.hf_cli", "download", "Org/Slow"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    proc.kill()  # an interrupted download
+    proc.wait(timeout=10)
+    [partial] = list(home.glob("hub/models--Org--Slow/snapshots/*/model.safetensors.incomplete"))
+    have = partial.stat().st_size
+    assert 0 < have < 2 * 1024 * 1024
+    resumed = hf(env, "download", "Org/Slow")
+    assert resumed.returncode == 0
+    assert f"resuming at {have} bytes" in resumed.stderr
+    weights = partial.with_name("model.safetensors")
+    assert weights.stat().st_size == 2 * 1024 * 1024 and not partial.exists()
+    assert time.monotonic() - started >= 0.9  # the knob's time, split across both runs

@@ -377,9 +377,22 @@ def kernel_following_holds(showhold):
     ]
 
 
+def reboot_decision(state):
+    """What to do once the driver's packages are in place while the loaded driver is missing or
+    too old: "none" when it already satisfies, "reboot" when allowed, else "pending" (nothing may
+    be deployed until a reboot; a later run reboots then, if allowed). Check mode never reboots.
+    state: loaded, satisfied, reboot_allowed, check_mode (bools)."""
+    if state.get("satisfied"):
+        return "none"
+    if state.get("reboot_allowed") and not state.get("check_mode"):
+        return "reboot"
+    return "pending"
+
+
 class FilterModule:
     def filters(self):
         return {
+            "vllm_dual_fast_reboot_decision": reboot_decision,
             "vllm_dual_fast_apt_sources_enable": apt_sources_enable,
             "vllm_dual_fast_apt_sources_list_enable": apt_sources_list_enable,
             "vllm_dual_fast_apt_deb822_enable": apt_deb822_enable,

@@ -20,6 +20,25 @@ def docker_packages(installed, from_repo, distro_packages, repo_packages):
     return list(repo_packages if from_repo else distro_packages)
 
 
+def disk_shortfalls(places):
+    """What lacks room, one sentence each (empty: enough). places: dicts with what, fs (device
+    id), free_gib, need_gib; places on one file system share its free space."""
+    by_fs = {}
+    for place in places:
+        entry = by_fs.setdefault(str(place["fs"]), {"free": float(place["free_gib"]), "need": 0.0,
+                                                     "what": []})
+        entry["need"] += float(place["need_gib"])
+        if float(place["need_gib"]) > 0:
+            entry["what"].append(f"{place['what']} ({float(place['need_gib']):g} GiB)")
+    return [
+        f"{e['free']:g} GiB free where {' and '.join(e['what'])} must fit: {e['need']:g} GiB needed."
+        for e in by_fs.values() if e["need"] > e["free"]
+    ]
+
+
 class FilterModule:
     def filters(self):
-        return {"vllm_dual_fast_docker_packages": docker_packages}
+        return {
+            "vllm_dual_fast_docker_packages": docker_packages,
+            "vllm_dual_fast_disk_shortfalls": disk_shortfalls,
+        }

@@ -11,8 +11,14 @@ snapshot's path on stdout, as the real command does; the token is never printed.
 `vllm serve MODEL [--revision R]` of the double finds the weights the same way (refs/R, or the
 hash itself; R defaults to main) and, with HF_HUB_OFFLINE=1, fails when they are missing, as
 vLLM does.
+Besides config.json the snapshot holds `model.safetensors`, written in chunks through
+`model.safetensors.incomplete` as a real download grows a blob: an interrupted download resumes
+from the bytes already there (stderr says "resuming at N bytes"), a finished one is left alone.
 Test knobs (env): VLLM_DOUBLE_HF_FAIL=1 fails like a network error (exit 1),
-VLLM_DOUBLE_HF_DELAY_S sleeps before writing.
+VLLM_DOUBLE_HF_DELAY_S sleeps before writing. A rig-side file, `$HF_HOME/vllm-double.json`
+(the host's model cache, which the role mounts there), sets the weights' size and how long the
+whole download takes: {"weights_mb": 64, "download_s": 40} (defaults 1 MB, 0 s), so tests on a
+rig can make a download take a known time without touching the role.
 """
 
 import argparse
@@ -63,6 +69,39 @@ def write_config(folder: str, repo_id: str, revision: str) -> bool:
     return True
 
 
+def knobs() -> dict:
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                     "huggingface")
+    try:
+        with open(os.path.join(home, "vllm-double.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def write_weights(folder: str, size: int, duration_s: float) -> bool:
+    """Grows folder/model.safetensors to `size` bytes over `duration_s`, resuming a partial
+    file; True when it wrote anything."""
+    path = os.path.join(folder, "model.safetensors")
+    if os.path.isfile(path):
+        return False
+    os.makedirs(folder, exist_ok=True)
+    part = path + ".incomplete"
+    have = os.path.getsize(part) if os.path.isfile(part) else 0
+    if have:
+        sys.stderr.write(f"resuming at {have} bytes of {size}\n")
+    chunk = max(size // 50, 1)
+    with open(part, "ab") as f:
+        while have < size:
+            n = min(chunk, size - have)
+            f.write(b"\0" * n)
+            f.flush()
+            have += n
+            time.sleep(duration_s * n / size)
+    os.replace(part, path)
+    return True
+
+
 def download(repo_id: str, revision: str = "main", cache_dir=None, local_dir=None) -> tuple:
     """(path, wrote) for the fake snapshot of repo_id."""
     if local_dir:
@@ -70,7 +109,10 @@ def download(repo_id: str, revision: str = "main", cache_dir=None, local_dir=Non
     repo = os.path.join(hub_cache(cache_dir), repo_folder(repo_id))
     commit = fake_commit(repo_id, revision)
     snapshot = os.path.join(repo, "snapshots", commit)
-    wrote = write_config(snapshot, repo_id, revision)
+    knob = knobs()
+    wrote = write_weights(snapshot, int(float(knob.get("weights_mb", 1)) * 1024 * 1024),
+                          float(knob.get("download_s", 0)))
+    wrote = write_config(snapshot, repo_id, revision) or wrote
     if not is_commit(revision):  # as huggingface_hub: a branch or tag gets a ref, a hash none
         os.makedirs(os.path.join(repo, "refs"), exist_ok=True)
         with open(os.path.join(repo, "refs", revision.replace("/", "--")), "w") as f:

@@ -23,14 +23,26 @@ vllm.model_executor.layers.quantization.QUANTIZATION_METHODS (exact spelling, as
 When that list cannot be imported the check is skipped and the JSON says so; that alone does not
 fail. (Methods a vLLM plugin registers at engine start are not in the list here.)
 
+vLLM 0.33.0's parser takes any --kv-cache-dtype too, and refuses an unknown one when the engine
+builds vllm.config.CacheConfig ("Invalid kv_cache_dtype"; 0.27.1's parser has the names as
+choices). So the parsed value is also given to vllm.config.CacheConfig(cache_dtype=...) (cheap: no
+model, no device), and refused when CacheConfig refuses the cache dtype: a ValueError whose
+pydantic errors() put it on the cache_dtype field or, without errors(), whose text names
+cache_dtype. CacheConfig missing, not importable, or failing for another reason (other required
+arguments, another field, another exception) is noted in the JSON, and that alone does not fail.
+(Cache dtypes a platform plugin registers when its platform activates are not known here when
+the check had to set the CPU platform.)
+
 Prints one JSON line, the last line of stdout: {"ok": bool, "error": str|null, "platform": str,
-"vllm_version": str|null, "parser_module": str|null, "quantization_check": str}
-(quantization_check: "not given", "ok: ...", "refused: ..." or "skipped: ...";
+"vllm_version": str|null, "parser_module": str|null, "quantization_check": str,
+"kv_cache_dtype_check": str}
+(quantization_check, kv_cache_dtype_check: "not given", "ok: ...", "refused: ..." or
+"skipped: ..."; when both refuse, error is the quantization's;
 VLLM_CONFIGURE_LOGGING=0 is set unless given, so vLLM's own logging stays quiet; anything vLLM
 still prints comes before it).
 Exit codes: 0 accepted; 2 rejected by vLLM (unknown flag, bad choice or value, failed
-validation), an unknown --quantization, or bad usage of this script; 1 could not run (vllm
-missing or broken).
+validation), an unknown --quantization, a --kv-cache-dtype CacheConfig refuses, or bad usage of
+this script; 1 could not run (vllm missing or broken).
 """
 
 import contextlib
@@ -44,6 +56,7 @@ EXIT_OK, EXIT_UNEXPECTED, EXIT_REJECTED = 0, 1, 2
 # Where make_arg_parser and validate_parsed_serve_args live, newest first.
 PARSER_MODULES = ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.openai.cli_args")
 QUANTIZATION_MODULE = "vllm.model_executor.layers.quantization"
+CACHE_CONFIG = "vllm.config.CacheConfig"
 
 
 def serve_args(argv):
@@ -127,11 +140,60 @@ def quantization_check(name) -> tuple:
                   "vLLM reads the method from the checkpoint's config)")
 
 
+def one_line(text, limit=600) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def cache_dtype_refusal(exc):
+    """What CacheConfig said against the cache dtype, or None when `exc` is about something else:
+    a ValueError (pydantic's ValidationError is one) with an error of its errors() on the
+    cache_dtype field or naming it (a model validator's error has no field), or, without a
+    usable errors(), whose text names cache_dtype."""
+    if not isinstance(exc, ValueError):
+        return None
+    errors = None
+    if callable(getattr(exc, "errors", None)):
+        try:
+            errors = [e for e in exc.errors() if isinstance(e, dict)]
+        except Exception:  # noqa: BLE001 (not pydantic's errors(): judge the text)
+            errors = None
+    if errors:
+        said = [str(e.get("msg", "")) for e in errors
+                if "cache_dtype" in [str(part) for part in e.get("loc") or ()]
+                or "cache_dtype" in str(e.get("msg", ""))]
+        return ("; ".join(m for m in said if m) or str(exc)) if said else None
+    text = str(exc)
+    return text if "cache_dtype" in text else None
+
+
+def kv_cache_dtype_check(value) -> tuple:
+    """(refused?, text) for the --kv-cache-dtype value vLLM parsed, through CacheConfig."""
+    if value is None:
+        return False, "not given"
+    try:
+        from vllm.config import CacheConfig
+    except Exception as exc:  # noqa: BLE001 (a vLLM without it, or an import that fails here)
+        return False, (f"skipped: cannot import {CACHE_CONFIG} "
+                       f"({type(exc).__name__}: {one_line(exc, 300)})")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            CacheConfig(cache_dtype=value)
+    except Exception as exc:  # noqa: BLE001 (judged below: the cache dtype, or something else)
+        said = cache_dtype_refusal(exc)
+        if said is None:
+            return False, (f"skipped: {CACHE_CONFIG}(cache_dtype={value!r}) failed for another "
+                           f"reason ({type(exc).__name__}: {one_line(exc, 300)})")
+        return True, (f"refused: --kv-cache-dtype {value} is refused by {CACHE_CONFIG}, which the "
+                      f"engine builds at start ({type(exc).__name__}: {one_line(said)})")
+    return False, f"ok: {value} ({CACHE_CONFIG})"
+
+
 def check(args) -> tuple:
     """(exit code, result dict) for one serve argument list."""
     result = {"ok": False, "error": None, "platform": ensure_platform(),
               "vllm_version": vllm_version(), "parser_module": None,
-              "quantization_check": "not run"}
+              "quantization_check": "not run", "kv_cache_dtype_check": "not run"}
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except Exception as exc:  # noqa: BLE001
@@ -167,11 +229,15 @@ def check(args) -> tuple:
             return EXIT_REJECTED, result
         except Exception as exc:  # noqa: BLE001 (version skew in a check: note, do not reject)
             result["warning"] = f"validate_parsed_serve_args: {type(exc).__name__}: {exc}"
-    refused, result["quantization_check"] = quantization_check(
+    refused_quantization, result["quantization_check"] = quantization_check(
         getattr(namespace, "quantization", None))
-    if refused:
-        result["error"] = result["quantization_check"][len("refused: "):]
-        return EXIT_REJECTED, result
+    refused_cache, result["kv_cache_dtype_check"] = kv_cache_dtype_check(
+        getattr(namespace, "kv_cache_dtype", None))
+    for refused, key in ((refused_quantization, "quantization_check"),
+                         (refused_cache, "kv_cache_dtype_check")):
+        if refused:
+            result["error"] = result[key][len("refused: "):]
+            return EXIT_REJECTED, result
     result["ok"] = True
     return EXIT_OK, result
 

@@ -66,4 +66,5 @@ for suite in ${VDF_SUITES:-trixie bookworm}; do  # Debian 13 rigs everywhere; De
 done
 if [ -d "${ROOT}/molecule/images/vllm-double" ]; then
   build_image vdf-vllm-double:latest molecule/images/vllm-double vdf-base:debian13
+  build_image vdf-vllm-double:0.33.0 molecule/images/vllm-double-0.33 vdf-vllm-double:latest
 fi

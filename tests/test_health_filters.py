@@ -59,3 +59,44 @@ def test_the_patch_state_comes_from_the_start_line(line, status):
 @pytest.mark.parametrize("line", ["", "INFO 11-30 vLLM API server started", None])
 def test_no_start_line_means_no_start_state(line):
     assert health.patch_at_start(line) == {}
+
+
+BEFORE = {"c1": {"tokens_per_s": 50.0, "ttft_s": 0.20}, "cN": {"tokens_per_s": 160.0},
+          "concurrency": 4}
+
+
+def test_a_release_as_fast_as_the_last_passes_the_speed_gate():
+    now = {"c1": {"tokens_per_s": 47.0, "ttft_s": 0.21}, "cN": {"tokens_per_s": 150.0},
+           "concurrency": 4}
+    assert health.speed_regressions(now, BEFORE, 10) == []
+
+
+def test_a_slower_release_fails_the_speed_gate_naming_what_fell():
+    now = {"c1": {"tokens_per_s": 40.0, "ttft_s": 0.30}, "cN": {"tokens_per_s": 100.0},
+           "concurrency": 4}
+    found = health.speed_regressions(now, BEFORE, 10)
+    assert len(found) == 3
+    assert found[0].startswith("decode tokens/s at c=1 fell 20 %")
+    assert "c=4 fell 38 %" in found[1]
+    assert "time to first token at c=1 rose 50 %" in found[2]
+
+
+def test_no_previous_figures_pass_the_speed_gate():
+    assert health.speed_regressions({"c1": {"tokens_per_s": 1.0}}, {}, 10) == []
+
+
+@pytest.mark.parametrize(
+    ("rc", "mode", "verdict"),
+    [(0, "auto", "pass"), (1, "auto", "fail"), (2, "auto", "warn"), (2, "required", "fail"),
+     (None, "required", "fail"), (1, "off", "off")],
+)
+def test_race_check_verdicts(rc, mode, verdict):
+    assert health.race_check_verdict(rc, mode, "why")[0] == verdict
+
+
+def test_canary_gate_failures_combine_speed_and_race():
+    gates = {"speed_now": {"c1": {"tokens_per_s": 10.0}}, "speed_before": BEFORE,
+             "max_drop_pct": 10, "race_rc": 2, "race_mode": "required", "race_summary": "no GPU"}
+    failures = health.canary_gate_failures(gates)
+    assert len(failures) == 2 and failures[1] == "race check could not run: no GPU"
+    assert health.canary_gate_failures(dict(gates, race_mode="auto", speed_now=BEFORE)) == []

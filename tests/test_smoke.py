@@ -1,7 +1,9 @@
 """files/smoke.py against real HTTP: the vLLM double as a subprocess on a loopback port."""
 
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from vllm_double_fixtures import (
@@ -11,6 +13,7 @@ from vllm_double_fixtures import (
     free_port,
     load_file_module,
     write_flashinfer,
+    write_rig_knobs,
 )
 
 smoke = load_file_module("smoke")
@@ -205,3 +208,200 @@ def test_waiting_for_health_goes_on_while_the_container_runs(tmp_path, monkeypat
                           "--health-timeout", "1.5", "--container", "vllm-dual-fast")
     assert code == 2
     assert report["failures"][0].startswith("health: /health not 200 within 1.5s")
+
+
+
+# --- --speed: streamed completions ------------------------------------------------------------
+
+def speed_double(double, tmp_path, args=(), **knobs):
+    env = double_env(tmp_path)
+    write_rig_knobs(env, **knobs)
+    return double(list(args), env=env)
+
+
+def test_speed_reports_medians_at_c1_and_cN_from_the_rig_rate(double, capsys, tmp_path):
+    server = speed_double(double, tmp_path, tokens_per_s=100, ttft_s=0.2)
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "4", "--max-tokens", "8", "--speed",
+                          "--speed-max-tokens", "31", "--speed-rounds", "1")
+    assert (code, report["ok"], report["failures"]) == (0, True, [])
+    # the smoke's own keys are as they were
+    assert report["aggregate"]["total_completion_tokens"] == 32
+    assert len(report["requests"]) == 4 and report["health_after"]["ok"] is True
+    speed = report["speed"]
+    assert (speed["concurrency"], speed["max_tokens"], speed["rounds"]) == (4, 31, 1)
+    c1, cn = speed["c1"], speed["cN"]
+    assert (c1["requests"], c1["ok"], cn["requests"], cn["ok"]) == (1, 1, 4, 4)
+    for level in (c1, cn):
+        assert 60 <= level["tokens_per_s"] <= 101  # 30 intervals of 10 ms, sleeps only overshoot
+        assert 0.2 <= level["ttft_s"] < 0.6
+        for sample in level["samples"]:
+            assert sample["completion_tokens"] == 31
+            assert sample["counted_from"] == "usage"
+            assert sample["token_deltas"] == 31
+    # four streams at once: about four times the tokens per second of one
+    assert cn["aggregate_tokens_per_s"] > 2.5 * c1["aggregate_tokens_per_s"]
+    assert c1["aggregate_tokens_per_s"] < c1["tokens_per_s"]  # TTFT counts in the wall time
+    assert speed["health_after"]["ok"] is True
+
+
+def test_speed_tells_a_slow_rig_from_a_fast_one(double, capsys, tmp_path):
+    rates = []
+    for rate in (40, 160):
+        folder = tmp_path / str(rate)
+        folder.mkdir()
+        server = speed_double(double, folder, tokens_per_s=rate, ttft_s=0.05)
+        code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                              "--concurrency", "2", "--speed", "--speed-max-tokens", "21",
+                              "--speed-rounds", "2")
+        assert code == 0
+        assert report["speed"]["c1"]["requests"] == 2
+        rates.append(report["speed"]["c1"]["tokens_per_s"])
+    slow, fast = rates
+    assert 28 <= slow <= 40.5
+    assert fast > 2.5 * slow
+
+
+def test_speed_is_skipped_when_the_smoke_failed(double, capsys, tmp_path):
+    server = double(env=double_env(tmp_path, VLLM_DOUBLE_FAULTS="empty-content@2"))
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m", "--speed")
+    assert code == 1
+    assert report["speed"] == {"skipped": "the smoke failed"}
+    assert len(report["failures"]) == 1
+
+
+def test_a_failing_stream_fails_the_smoke_and_is_named(double, capsys, tmp_path):
+    # requests 1-4 are the smoke's; the 5th is the first speed request (c=1)
+    server = double(env=double_env(tmp_path, VLLM_DOUBLE_FAULTS="http-500@5"))
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m", "--speed",
+                          "--speed-max-tokens", "8", "--speed-rounds", "1")
+    assert code == 1
+    assert report["failures"] == ["speed c=1 round 1 request 0: HTTP 500"]
+    assert report["speed"]["c1"]["ok"] == 0
+    assert report["speed"]["c1"]["tokens_per_s"] is None
+    assert "cN" not in report["speed"]
+    assert report["aggregate"]["ok"] == 4
+
+
+def test_stream_chat_counts_deltas_without_a_usage_chunk(double, tmp_path):
+    server = speed_double(double, tmp_path, ["--reasoning-parser", "qwen3"], tokens_per_s=200)
+    payload = smoke.speed_payload("m", 21)
+    del payload["stream_options"]
+    result = smoke.stream_chat(smoke.Endpoint(server.base_url), payload)
+    assert (result["ok"], result["error"], result["status"]) == (True, None, 200)
+    # 8 reasoning deltas then 13 content deltas, one token each
+    assert (result["completion_tokens"], result["counted_from"]) == (21, "deltas")
+    assert result["tokens_per_s"] > 50
+
+
+class _SSE(BaseHTTPRequestHandler):
+    """Answers every POST with the events in the server's `events` list, then closes."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for line in self.server.events:
+            self.wfile.write(line.encode() + b"\n")
+
+
+@pytest.fixture
+def sse_server():
+    servers = []
+
+    def start(events):
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _SSE)
+        server.events = events
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _delta(text):
+    return "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}) + "\n"
+
+
+@pytest.mark.parametrize("events, error", [
+    ([_delta("a"), _delta(" b")], "stream ended without data: [DONE]"),
+    ([_delta("a"), 'data: {"error": {"message": "engine died"}}'], "error in the stream: "
+     "engine died"),
+    (["data: [DONE]"], "no tokens streamed"),
+    (["data: {not json"], "stream chunk is not a JSON object"),
+])
+def test_broken_streams_are_failures(sse_server, events, error):
+    base = sse_server(events)
+    result = smoke.stream_chat(smoke.Endpoint(base), smoke.speed_payload("m", 8))
+    assert (result["ok"], result["error"]) == (False, error)
+
+
+def test_sse_comments_and_other_fields_are_skipped(sse_server):
+    base = sse_server([": keep-alive", "event: message", _delta("a"), "id: 7", _delta(" b"),
+                       "data:" + json.dumps({"choices": [], "usage": {"completion_tokens": 5}}),
+                       "", "data: [DONE]"])
+    result = smoke.stream_chat(smoke.Endpoint(base), smoke.speed_payload("m", 8))
+    assert result["ok"] is True
+    assert (result["completion_tokens"], result["counted_from"], result["token_deltas"]) == (
+        5, "usage", 2)
+
+
+def test_speed_helpers():
+    assert smoke.sse_data(b"data: {\"a\": 1}\r\n") == '{"a": 1}'
+    assert smoke.sse_data("data:[DONE]\n") == "[DONE]"
+    assert smoke.sse_data(b": ping\n") is None
+    assert smoke.sse_data(b"\n") is None
+    role = {"choices": [{"delta": {"role": "assistant", "content": ""}}]}
+    assert smoke.chunk_info(role) == (False, None, None)
+    assert smoke.chunk_info({"choices": [{"delta": {"reasoning": "hm"}}]}) == (True, None, None)
+    assert smoke.chunk_info({"choices": [], "usage": {"completion_tokens": 9}}) == (
+        False, 9, None)
+    figures = smoke.stream_figures(10.0, [10.5, 10.6, 10.7])
+    assert (figures["completion_tokens"], figures["counted_from"]) == (3, "deltas")
+    assert figures["ttft_s"] == 0.5
+    assert figures["tokens_per_s"] == pytest.approx(10.0)  # 2 tokens after the first in 0.2 s
+    # speculative decoding: fewer deltas than tokens; usage counts
+    assert smoke.stream_figures(10.0, [10.5, 10.6, 10.7], 9)["tokens_per_s"] == pytest.approx(40)
+    assert smoke.stream_figures(10.0, [10.5])["tokens_per_s"] is None
+    assert smoke.stream_figures(10.0, [])["ttft_s"] is None
+    assert smoke.stream_figures(10.0, [10.5, 10.5])["tokens_per_s"] is None
+
+
+@pytest.mark.parametrize("args", [
+    ["--speed-max-tokens", "1"],
+    ["--speed-rounds", "0"],
+])
+def test_bad_speed_usage_exits_2(capsys, args):
+    assert smoke.main(["--base-url", "http://127.0.0.1:1", "--model", "m", "--speed",
+                       *args]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_soak_holds_the_concurrency_for_its_time_without_a_failure(double, capsys):
+    server = double()
+    start = time.monotonic()
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "2", "--max-tokens", "4", "--soak-s", "1.5")
+    assert code == 0
+    assert time.monotonic() - start >= 1.5
+    soak = report["soak"]
+    assert soak["seconds"] == 1.5 and soak["concurrency"] == 2
+    assert soak["requests"] > 2 and soak["failed"] == 0
+
+
+def test_soak_fails_on_a_failed_request_after_the_burst(double, capsys, tmp_path):
+    # The burst is requests 1-2; the 6th chat request, inside the soak, answers 500.
+    server = double(env=double_env(tmp_path, VLLM_DOUBLE_FAULTS="http-500@6"))
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "2", "--max-tokens", "4", "--soak-s", "2")
+    assert code == 1
+    assert report["aggregate"]["ok"] == 2
+    assert report["soak"]["failed"] == 1
+    assert any(f.startswith("soak: 1 of ") and "HTTP 500" in f for f in report["failures"])

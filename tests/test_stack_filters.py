@@ -32,11 +32,13 @@ def _place(what, fs, free, need):
 
 
 def test_nothing_left_to_download_needs_only_the_headroom():
-    assert stack.disk_shortfalls([_place("data", "64", 12, 10), _place("docker", "64", 12, 0)]) == []
+    places = [_place("data", "64", 12, 10), _place("docker", "64", 12, 0)]
+    assert stack.disk_shortfalls(places) == []
 
 
 def test_one_file_system_must_hold_both_downloads():
-    [problem] = stack.disk_shortfalls([_place("data", "64", 45, 30), _place("docker", "64", 45, 20)])
+    places = [_place("data", "64", 45, 30), _place("docker", "64", 45, 20)]
+    [problem] = stack.disk_shortfalls(places)
     assert "45 GiB free" in problem and "50 GiB needed" in problem
     assert "data (30 GiB)" in problem and "docker (20 GiB)" in problem
 

@@ -1,6 +1,7 @@
 """The vLLM test double (molecule/images/vllm-double): parser, HTTP, the #40756 crash, records."""
 
 import concurrent.futures
+import filecmp
 import json
 import os
 import stat
@@ -8,17 +9,24 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 from vllm_double_fixtures import (
     DECODE_TEMPLATE,
+    DOUBLE_IMAGE,
+    DOUBLE_SRC,
     MTP,
     double_env,
     double_factory,
     http,
     import_double,
+    laid_out_double,
+    parse_serve,
+    run_in_double,
     run_vllm,
     write_flashinfer,
+    write_rig_knobs,
 )
 
 CUDA_ERROR = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
@@ -169,7 +177,7 @@ def test_revision_and_tokenizer_revision_are_accepted(double_parser, double, tmp
 
 def test_version_and_unknown_subcommand(tmp_path):
     result = run_vllm(["--version"], double_env(tmp_path))
-    assert (result.returncode, result.stdout.strip()) == (0, "0.33.0")
+    assert (result.returncode, result.stdout.strip()) == (0, "0.27.1")  # the committed layout
     assert run_vllm(["bench"], double_env(tmp_path)).returncode == 2
 
 
@@ -365,3 +373,495 @@ def test_hf_double_download_takes_its_knob_time_and_resumes_a_partial_file(tmp_p
     weights = partial.with_name("model.safetensors")
     assert weights.stat().st_size == 2 * 1024 * 1024 and not partial.exists()
     assert time.monotonic() - started >= 0.9  # the knob's time, split across both runs
+
+
+# --- streaming (SSE) ---------------------------------------------------------------------------
+
+def stream(server, max_tokens=16, include_usage=False, **extra):
+    """POSTs a streamed chat completion; (status, content type, [(seconds since sent, data)])."""
+    payload = {"model": server.model, "max_tokens": max_tokens, "stream": True,
+               "messages": [{"role": "user", "content": "Say hi."}], **extra}
+    if include_usage:
+        payload["stream_options"] = {"include_usage": True}
+    req = urllib.request.Request(server.base_url + "/v1/chat/completions",
+                                 data=json.dumps(payload).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            events = [(time.monotonic() - start, line.decode().rstrip("\n")[len("data: "):])
+                      for line in resp if line.startswith(b"data: ")]
+            return resp.status, resp.headers["Content-Type"], events
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], []
+
+
+def chunks(events):
+    return [json.loads(data) for _, data in events if data != "[DONE]"]
+
+
+def test_stream_is_sse_chunks_one_token_each_then_done(double):
+    server = double()
+    status, content_type, events = stream(server, max_tokens=30, ignore_eos=True)
+    assert status == 200
+    assert content_type.startswith("text/event-stream")
+    assert events[-1][1] == "[DONE]"
+    parsed = chunks(events)
+    assert {c["object"] for c in parsed} == {"chat.completion.chunk"}
+    assert parsed[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    tokens = [c["choices"][0]["delta"]["content"] for c in parsed[1:]]
+    assert len(tokens) == 30  # ignore_eos: exactly max_tokens, one delta each
+    assert "".join(tokens).split() == tokens[0:1] + [w.strip() for w in tokens[1:]]
+    assert [c["choices"][0]["finish_reason"] for c in parsed[1:]] == [None] * 29 + ["length"]
+    assert all("usage" not in c for c in parsed)  # not asked for
+
+
+def test_stream_usage_chunk_when_asked_and_reasoning_deltas(double):
+    server = double(["--reasoning-parser", "qwen3"])
+    _, _, events = stream(server, max_tokens=16, include_usage=True)
+    parsed = chunks(events)
+    usage_chunk = parsed[-1]
+    assert usage_chunk["choices"] == []
+    deltas = [c["choices"][0]["delta"] for c in parsed[1:-1]]
+    reasoning = [d for d in deltas if "reasoning_content" in d]
+    content = [d for d in deltas if "content" in d]
+    assert len(reasoning) == 8 and len(content) == 8
+    assert all(d["reasoning"] == d["reasoning_content"] for d in reasoning)
+    assert deltas.index(content[0]) == 8  # thinking first, as vLLM streams it
+    assert usage_chunk["usage"]["completion_tokens"] == 16
+
+
+def test_without_ignore_eos_the_answer_stays_short(double):
+    server = double()
+    _, _, events = stream(server, max_tokens=100, include_usage=True)
+    assert chunks(events)[-1]["usage"]["completion_tokens"] == 12
+    assert server.chat(max_tokens=100)[1]["usage"]["completion_tokens"] == 12
+    status, body = http("POST", server.base_url + "/v1/chat/completions",
+                        {"model": "m", "max_tokens": 40, "ignore_eos": True,
+                         "messages": [{"role": "user", "content": "hi"}]})
+    assert (status, body["usage"]["completion_tokens"]) == (200, 40)
+    assert len(body["choices"][0]["message"]["content"].split()) == 40
+
+
+@pytest.mark.parametrize("fault, check", [
+    ("http-500@1", lambda status, events: status == 500 and events == []),
+    ("empty-content@1", lambda status, events: status == 200 and not any(
+        c["choices"] and c["choices"][0]["delta"].get("content") for c in chunks(events))
+        and chunks(events)[-1]["usage"]["completion_tokens"] == 0),
+    ("zero-usage@1", lambda status, events: chunks(events)[-1]["usage"]["completion_tokens"]
+        == 0 and len(chunks(events)) == 1 + 12 + 1),
+])
+def test_faults_apply_to_streams(double, tmp_path, fault, check):
+    server = double(env=double_env(tmp_path, VLLM_DOUBLE_FAULTS=fault))
+    status, _, events = stream(server, max_tokens=12, include_usage=True)
+    assert check(status, events), (status, events)
+
+
+def test_rig_knobs_set_time_to_first_token_and_decode_rate(double, tmp_path):
+    env = double_env(tmp_path)
+    write_rig_knobs(env, tokens_per_s=50, ttft_s=0.4, weights_mb=1)
+    server = double(env=env)
+    _, _, events = stream(server, max_tokens=26, ignore_eos=True)
+    token_times = [at for at, data in events[1:-1]]
+    assert len(token_times) == 26
+    assert 0.4 <= token_times[0] < 0.8
+    rate = 25 / (token_times[-1] - token_times[0])
+    assert 35 <= rate <= 50.5
+    started = time.monotonic()
+    assert server.chat(max_tokens=11)[0] == 200  # 0.4 s, then 10 more tokens at 50/s
+    assert 0.6 <= time.monotonic() - started < 1.1
+    record = json.loads((tmp_path / "state" / "last-start.json").read_text())
+    assert record["knobs"] == {"tokens_per_s": 50.0, "ttft_s": 0.4}
+    assert "rig knobs from $HF_HOME/vllm-double.json" in server.stdout()
+
+
+def test_without_rig_knobs_timing_is_the_env_latency(double, tmp_path):
+    server = double(env=double_env(tmp_path, VLLM_DOUBLE_LATENCY_S="0.2",
+                                   VLLM_DOUBLE_TOKEN_S="0.02"))  # noqa: S106 (seconds)
+    _, _, events = stream(server, max_tokens=11, ignore_eos=True)
+    token_times = [at for at, _ in events[1:-1]]
+    assert 0.22 <= token_times[0] < 0.5        # LATENCY + one TOKEN_S
+    assert 0.2 <= token_times[-1] - token_times[0] < 0.45  # ten more at TOKEN_S
+    record = json.loads((tmp_path / "state" / "last-start.json").read_text())
+    assert record["knobs"] == {}
+
+
+def test_fail_health_knob_keeps_health_503(double, tmp_path):
+    env = double_env(tmp_path)
+    write_rig_knobs(env, fail_health=True)
+    server = double(env=env, wait=False)
+    deadline = time.monotonic() + 15
+    while http("GET", server.base_url + "/v1/models")[0] != 200:
+        assert time.monotonic() < deadline and server.proc.poll() is None
+        time.sleep(0.05)
+    status, body = http("GET", server.base_url + "/health")
+    assert status == 503
+    assert "fail_health" in body["error"]
+    assert server.chat()[0] == 200  # it answers; only its health says no
+
+
+def test_bad_rig_knobs_are_ignored_and_named(double, tmp_path):
+    env = double_env(tmp_path)
+    write_rig_knobs(env, tokens_per_s=0, ttft_s="slow", fail_health="yes")
+    server = double(env=env)
+    assert http("GET", server.base_url + "/health")[0] == 200
+    record = json.loads((tmp_path / "state" / "last-start.json").read_text())
+    assert record["knobs"] == {}
+    out = server.stdout()
+    for key in ("tokens_per_s", "ttft_s", "fail_health"):
+        assert f"WARNING vllm-double.json: {key} must be" in out
+
+
+def test_rig_knobs_validation(monkeypatch):
+    import_double(monkeypatch)
+    from vllm._double.server import rig_knobs
+
+    assert rig_knobs(None) == ({}, [])
+    assert rig_knobs({"weights_mb": 4, "download_s": 9}) == ({}, [])
+    assert rig_knobs({"tokens_per_s": 40, "ttft_s": 0, "fail_health": False}) == (
+        {"tokens_per_s": 40.0, "ttft_s": 0.0, "fail_health": False}, [])
+    knobs, warnings = rig_knobs({"tokens_per_s": -1, "ttft_s": True, "fail_health": 1})
+    assert knobs == {} and len(warnings) == 3
+    assert rig_knobs([1])[1] == ["vllm-double.json: not a JSON object; ignored"]
+
+
+def test_streams_count_towards_the_crash_rule(double, tmp_path):
+    env = double_env(tmp_path, write_flashinfer(tmp_path / "fi", pinned=True))
+    server = double(["--max-num-seqs", "4", "--speculative-config", MTP], env=env)
+    barrier = threading.Barrier(4)
+
+    def one(_):
+        barrier.wait(timeout=10)
+        try:
+            return stream(server, max_tokens=12)[0]
+        except OSError:
+            return None
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(one, range(4)))
+    assert server.proc.wait(timeout=10) == 134
+    assert CUDA_ERROR in server.stderr()
+    assert statuses.count(200) < 4
+
+
+# --- module layouts (layout.py; VLLM_LAYOUT in the Dockerfile) -----------------------------------
+
+@pytest.fixture
+def src_0_33(tmp_path):
+    """The double's tree laid out as vLLM 0.33.0, as the vdf-vllm-double:0.33.0 image has it."""
+    return laid_out_double(tmp_path, "0.33.0")
+
+
+def test_0_33_layout_moves_the_parser_and_sets_the_version(src_0_33, tmp_path):
+    entrypoints = src_0_33 / "vllm" / "entrypoints"
+    assert (entrypoints / "common" / "cli_args.py").is_file()
+    assert (entrypoints / "common" / "__init__.py").is_file()
+    assert not (entrypoints / "openai" / "cli_args.py").exists()
+    assert (entrypoints / "openai" / "__init__.py").is_file()  # the package itself stays
+    text = (entrypoints / "common" / "cli_args.py").read_text()
+    assert text.startswith('"""vllm.entrypoints.common.cli_args (test double)')
+    env = double_env(tmp_path, PYTHONPATH=str(src_0_33))
+    result = run_vllm(["--version"], env)
+    assert (result.returncode, result.stdout.strip()) == (0, "0.33.0")
+    probe = subprocess.run(
+        [sys.executable, "-c", "import vllm.entrypoints.common.cli_args as m; print(m.__name__)\n"
+         "import importlib.util as u; print(u.find_spec('vllm.entrypoints.openai.cli_args'))"],
+        env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert probe.stdout.split() == ["vllm.entrypoints.common.cli_args", "None"]
+
+
+def test_0_33_layout_serves_and_refuses_like_0_27_1(src_0_33, double, tmp_path):
+    env = double_env(tmp_path, PYTHONPATH=str(src_0_33))
+    result = run_vllm(["serve", "m", "--bogus-flag"], env)
+    assert (result.returncode, "unrecognized arguments: --bogus-flag" in result.stderr) == (2, True)
+    result = run_vllm(["serve", "m", "--enable-auto-tool-choice"], env)
+    assert result.returncode == 1
+    server = double(["--max-num-seqs", "4"], env=env)
+    assert server.chat()[0] == 200
+    assert http("GET", server.base_url + "/version") == (200, {"version": "0.33.0"})
+    # vLLM 0.33.0 lists bitsandbytes no more
+    result = run_vllm(["serve", "m", "--quantization", "bitsandbytes"], env)
+    assert result.returncode == 1
+    assert "Unknown quantization method: bitsandbytes" in result.stderr
+    assert "'inc'" in result.stderr
+
+
+def test_quantization_list_follows_the_layout(src_0_33, tmp_path):
+    code = ("from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS as q; "
+            "print(len(q), 'bitsandbytes' in q, 'inc' in q)")
+    outputs = []
+    for src in (DOUBLE_SRC, src_0_33):
+        env = double_env(tmp_path, PYTHONPATH=str(src))
+        outputs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                      text=True, timeout=30, check=True).stdout.split())
+    assert outputs == [["31", "True", "True"], ["30", "False", "True"]]
+
+
+def tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if "__pycache__" not in p.parts and p.suffix != ".pyc")
+
+
+def test_layout_goes_back_to_the_committed_tree_and_is_idempotent(src_0_33):
+    layout = src_0_33.parent / "layout.py"
+    package = src_0_33 / "vllm"
+    again = subprocess.run([sys.executable, str(layout), "0.33.0", str(package)],
+                           capture_output=True, text=True, timeout=30, check=False)
+    assert (again.returncode, again.stdout.strip()) == (0, "vllm-double layout 0.33.0: already so")
+    back = subprocess.run([sys.executable, str(layout), "0.27.1", str(package)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert back.returncode == 0
+    assert "removed entrypoints/common" in back.stdout
+    assert tree(src_0_33) == tree(DOUBLE_SRC)
+    files = [p for p in tree(DOUBLE_SRC) if (DOUBLE_SRC / p).is_file()]
+    match, mismatch, errors = filecmp.cmpfiles(DOUBLE_SRC, src_0_33, files, shallow=False)
+    assert (mismatch, errors) == ([], [])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["0.30.0", "{pkg}"], "unknown layout '0.30.0'"),
+    (["0.33.0", "{tmp}"], "is not the vLLM double's package"),
+    (["0.33.0"], "usage: layout.py"),
+])
+def test_layout_refuses_with_exit_2(tmp_path, args, message):
+    args = [a.format(pkg=DOUBLE_SRC / "vllm", tmp=tmp_path) for a in args]
+    result = subprocess.run([sys.executable, str(DOUBLE_IMAGE / "layout.py"), *args],
+                            capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_layout_refuses_a_tree_with_two_parsers(src_0_33):
+    package = src_0_33 / "vllm"
+    openai = package / "entrypoints" / "openai" / "cli_args.py"
+    openai.write_text((package / "entrypoints" / "common" / "cli_args.py").read_text())
+    result = subprocess.run([sys.executable, str(src_0_33.parent / "layout.py"), "0.27.1",
+                             str(package)], capture_output=True, text=True, timeout=30,
+                            check=False)
+    assert result.returncode == 2
+    assert "exactly one of" in result.stderr
+    assert (package / "entrypoints" / "common" / "cli_args.py").is_file()  # nothing moved
+    assert '__version__ = "0.33.0"' in (package / "__init__.py").read_text()
+
+
+def test_install_over_an_installed_double_leaves_one_version(tmp_path):
+    """What vllm-double-0.33/Dockerfile does: layout.py 0.33.0 on the 0.27.1 image's tree, then
+    install_double.py again over the 0.27.1 install."""
+    src = laid_out_double(tmp_path, "0.27.1")
+    opt = src.parent
+    site, bin_dir = tmp_path / "site", tmp_path / "bin"
+    site.mkdir()
+    bin_dir.mkdir()
+    env = dict(double_env(tmp_path), VLLM_DOUBLE_SITE_DIR=str(site),
+               VLLM_DOUBLE_BIN_DIR=str(bin_dir), PYTHONPATH=str(site))
+
+    def installed_version():
+        result = subprocess.run([str(bin_dir / "vllm"), "--version"], env=env,
+                                capture_output=True, text=True, timeout=30, check=False)
+        return result.stdout.strip()
+
+    def install():
+        subprocess.run([sys.executable, str(opt / "install_double.py")], env=env, check=True,
+                       capture_output=True, text=True, timeout=30)
+
+    install()
+    assert installed_version() == "0.27.1"
+    assert (site / "vllm" / "entrypoints" / "openai" / "cli_args.py").is_file()
+    subprocess.run([sys.executable, str(opt / "layout.py"), "0.33.0", str(src / "vllm")],
+                   check=True, capture_output=True, timeout=30)
+    install()
+    assert installed_version() == "0.33.0"
+    assert [p.name for p in site.glob("vllm-*.dist-info")] == ["vllm-0.33.0.dist-info"]
+    assert "Version: 0.33.0" in (site / "vllm-0.33.0.dist-info" / "METADATA").read_text()
+    assert not (site / "vllm" / "entrypoints" / "openai" / "cli_args.py").exists()
+    assert (site / "vllm" / "entrypoints" / "common" / "cli_args.py").is_file()
+
+
+def test_dockerfiles_run_the_layout_script():
+    """The image builds run layout.py (what the tests above run) before install_double.py."""
+    main = (DOUBLE_IMAGE / "Dockerfile").read_text()
+    assert "ARG VLLM_LAYOUT=0.27.1" in main
+    assert main.index('layout.py "${VLLM_LAYOUT}"') < main.index("install_double.py \\")
+    second = (DOUBLE_IMAGE.parent / "vllm-double-0.33" / "Dockerfile").read_text()
+    assert "ARG BASE=vdf-vllm-double:latest" in second
+    assert second.index("layout.py 0.33.0") < second.index("install_double.py")
+
+
+def test_rig_knobs_of_one_version_apply_only_to_that_version(monkeypatch):
+    import_double(monkeypatch)
+    from vllm._double import server
+
+    raw = {"tokens_per_s": 80,
+           "by_version": {"0.27.1": {"tokens_per_s": 20, "fail_health": True}}}
+    assert server.rig_knobs(raw, "0.27.1")[0] == {"tokens_per_s": 20.0, "fail_health": True}
+    assert server.rig_knobs(raw, "0.33.0")[0] == {"tokens_per_s": 80.0}
+
+
+# --- serve flags against the real parsers (bench/results/vllm-parsers.{json,md}) ----------------
+
+# vllm.config.cache.CacheDType of vLLM 0.27.1 and 0.33.0, in order (read from the real releases
+# by bench/vllm_parsers/probe.py). 0.27.1's parser offers exactly these as --kv-cache-dtype
+# choices; 0.33.0's parser takes any string and CacheConfig refuses one not listed.
+VLLM_0_27_1_CACHE_DTYPES = [
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+    "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4",
+]
+VLLM_0_33_0_CACHE_DTYPES = [
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+    "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit",
+    "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+]
+# vLLM 0.33.0's FlexibleArgumentParser turns every BooleanOptionalAction into EnableDisableAction:
+# --enable-X gains --disable-X and the reverse (--no-... still parses). 0.27.1 has neither.
+VLLM_0_33_0_INVERSES = [
+    ("--disable-prefix-caching", "enable_prefix_caching", False),
+    ("--enable-custom-all-reduce", "disable_custom_all_reduce", False),
+    ("--disable-chunked-prefill", "enable_chunked_prefill", False),
+    ("--disable-auto-tool-choice", "enable_auto_tool_choice", False),
+    ("--enable-uvicorn-access-log", "disable_uvicorn_access_log", False),
+    ("--disable-log-requests", "enable_log_requests", False),
+]
+
+
+@pytest.fixture(params=["0.27.1", "0.33.0"])
+def layout(request, tmp_path):
+    """(version, src folder) of the double laid out as each release."""
+    return request.param, laid_out_double(tmp_path, request.param)
+
+
+def test_disable_log_stats_is_a_plain_switch(layout):
+    """Both releases: store_true, so --no-disable-log-stats is an unknown flag."""
+    _, src = layout
+    code, args, _ = parse_serve(src, ["m", "--disable-log-stats"])
+    assert (code, args["disable_log_stats"]) == (0, True)
+    code, _, stderr = parse_serve(src, ["m", "--no-disable-log-stats"])
+    assert code == 2
+    assert "unrecognized arguments: --no-disable-log-stats" in stderr
+
+
+def test_distributed_executor_backend_takes_any_string(layout):
+    """Both releases: no choices at parse time (a class path is allowed too)."""
+    _, src = layout
+    for backend in ("mp", "ray", "my_pkg.executor.MyExecutor"):
+        code, args, stderr = parse_serve(src, ["m", "--distributed-executor-backend", backend])
+        assert (code, args and args["distributed_executor_backend"]) == (0, backend), stderr
+
+
+def test_speculative_config_has_its_short_form(layout):
+    _, src = layout
+    code, args, stderr = parse_serve(src, ["m", "-sc", MTP])
+    assert code == 0, stderr
+    assert args["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 4}
+
+
+def test_kv_cache_dtype_choices_are_vllm_0_27_1s(double_parser):
+    action = next(a for a in double_parser._actions if a.dest == "kv_cache_dtype")
+    assert sorted(action.choices) == sorted(VLLM_0_27_1_CACHE_DTYPES)
+    for name in ("float16", "nvfp4", "turboquant_k8v4", "fp8_per_token_head"):
+        assert double_parser.parse_args(["m", "--kv-cache-dtype", name]).kv_cache_dtype == name
+
+
+def test_kv_cache_dtype_refusal_lists_the_choices_as_vllm_0_27_1(tmp_path):
+    result = run_vllm(["serve", "m", "--kv-cache-dtype", "nvfp4_ds_mla"], double_env(tmp_path))
+    assert result.returncode == 2
+    # as real 0.27.1 words it: the choices sorted (quoted or not, by Python version)
+    assert ("invalid choice: nvfp4_ds_mla (choose from auto, bfloat16, float16, fp8, fp8_ds_mla, "
+            "fp8_e4m3, fp8_e5m2, fp8_inc, fp8_per_token_head, int4_per_token_head"
+            in result.stderr.replace("'", ""))
+
+
+CACHE_CONFIG_CODE = """
+import json, sys, typing
+from vllm.config import CacheConfig
+from vllm.config import cache
+out = {"CacheDType": list(typing.get_args(cache.CacheDType)), "values": {}}
+for value in sys.argv[1:]:
+    try:
+        out["values"][value] = "ok " + CacheConfig(cache_dtype=value).cache_dtype
+    except Exception as exc:
+        out["values"][value] = {"value_error": isinstance(exc, ValueError), "str": str(exc),
+                                "type": type(exc).__name__,
+                                "errors": [dict(e, loc=list(e["loc"])) for e in exc.errors()]}
+print(json.dumps(out))
+"""
+
+
+def cache_config(src, *values):
+    result = run_in_double(src, CACHE_CONFIG_CODE, *values)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_cache_config_refuses_as_vllm_0_27_1(tmp_path):
+    got = cache_config(laid_out_double(tmp_path, "0.27.1"), "float16", "fp7", "nvfp4_4over6")
+    assert got["CacheDType"] == VLLM_0_27_1_CACHE_DTYPES
+    assert got["values"]["float16"] == "ok float16"
+    literal = ", ".join(f"'{n}'" for n in VLLM_0_27_1_CACHE_DTYPES[:-1]) + " or 'nvfp4'"
+    for name in ("fp7", "nvfp4_4over6"):
+        refused = got["values"][name]
+        assert (refused["type"], refused["value_error"]) == ("ValidationError", True)
+        assert refused["str"] == (  # pydantic's words, less its link to errors.pydantic.dev
+            f"1 validation error for CacheConfig\ncache_dtype\n  Input should be {literal} "
+            f"[type=literal_error, input_value='{name}', input_type=str]")
+        assert refused["errors"] == [{"type": "literal_error", "loc": ["cache_dtype"],
+                                      "msg": f"Input should be {literal}", "input": name}]
+
+
+def test_cache_config_refuses_as_vllm_0_33_0(tmp_path):
+    got = cache_config(laid_out_double(tmp_path, "0.33.0"), "nvfp4_4over6", "fp7", "FP8")
+    assert got["CacheDType"] == VLLM_0_33_0_CACHE_DTYPES
+    assert got["values"]["nvfp4_4over6"] == "ok nvfp4_4over6"
+    for name in ("fp7", "FP8"):
+        refused = got["values"][name]
+        message = (f"Value error, Invalid kv_cache_dtype: '{name}'. Valid values are: "
+                   f"{VLLM_0_33_0_CACHE_DTYPES}")
+        assert (refused["type"], refused["value_error"]) == ("ValidationError", True)
+        assert refused["str"] == (f"1 validation error for CacheConfig\ncache_dtype\n  {message} "
+                                  f"[type=value_error, input_value='{name}', input_type=str]")
+        assert refused["errors"] == [{"type": "value_error", "loc": ["cache_dtype"],
+                                      "msg": message, "input": name}]
+
+
+def test_0_33_layout_parses_any_kv_cache_dtype_and_refuses_it_at_start(src_0_33, double,
+                                                                       tmp_path):
+    code, args, _ = parse_serve(src_0_33, ["m", "--kv-cache-dtype", "fp7"])
+    assert (code, args["kv_cache_dtype"]) == (0, "fp7")
+    env = double_env(tmp_path, PYTHONPATH=str(src_0_33))
+    result = run_vllm(["serve", "m", "--kv-cache-dtype", "fp7"], env)
+    assert result.returncode == 1
+    assert "Invalid kv_cache_dtype: 'fp7'" in result.stderr
+    assert "Application startup complete" not in result.stdout
+    # a name only 0.33.0 lists starts there
+    assert double(["--kv-cache-dtype", "nvfp4_4over6"], env=env).chat()[0] == 200
+
+
+@pytest.mark.parametrize("flag, dest, value", VLLM_0_33_0_INVERSES)
+def test_0_33_layout_pairs_enable_with_disable(src_0_33, tmp_path, flag, dest, value):
+    code, args, stderr = parse_serve(src_0_33, ["m", flag])
+    assert (code, args and args[dest]) == (0, value), stderr
+    code, _, stderr = parse_serve(laid_out_double(tmp_path, "0.27.1"), ["m", flag])
+    assert code == 2
+    assert f"unrecognized arguments: {flag}" in stderr
+
+
+def test_0_33_layout_keeps_the_older_spellings(src_0_33):
+    code, args, stderr = parse_serve(src_0_33, [
+        "m", "--no-enable-prefix-caching", "--disable-custom-all-reduce",
+        "--enable-chunked-prefill", "--trust-remote-code", "--no-async-scheduling",
+        "--enforce-eager"])
+    assert code == 0, stderr
+    assert (args["enable_prefix_caching"], args["disable_custom_all_reduce"],
+            args["enable_chunked_prefill"], args["trust_remote_code"], args["async_scheduling"],
+            args["enforce_eager"]) == (False, True, True, True, False, True)
+    code, _, stderr = parse_serve(src_0_33, ["m", "--disable-trust-remote-code"])
+    assert code == 2  # only --enable-/--disable- names gain an inverse
+
+
+def test_0_33_layout_has_device_memory_utilization(src_0_33, tmp_path):
+    code, args, stderr = parse_serve(src_0_33, ["m", "--device-memory-utilization", "0.5"])
+    assert (code, args and args["gpu_memory_utilization"]) == (0, 0.5), stderr
+    code, _, stderr = parse_serve(laid_out_double(tmp_path, "0.27.1"),
+                                  ["m", "--device-memory-utilization", "0.5"])
+    assert code == 2

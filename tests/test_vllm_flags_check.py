@@ -6,7 +6,14 @@ import subprocess
 import sys
 
 import pytest
-from vllm_double_fixtures import DOUBLE_SRC, FILES, MTP, double_env, role_serve_args
+from vllm_double_fixtures import (
+    DOUBLE_SRC,
+    FILES,
+    MTP,
+    double_env,
+    laid_out_double,
+    role_serve_args,
+)
 
 CHECK = str(FILES / "vllm_flags_check.py")
 GOOD = ["Org/Model", "--tensor-parallel-size", "2", "--max-num-seqs", "4",
@@ -30,7 +37,7 @@ def test_accepts_the_role_argv_with_a_cpu_platform_set(tmp_path):
     assert result["ok"] is True
     assert result["error"] is None
     assert result["platform"] == "CpuPlatform (set by vllm_flags_check)"
-    assert result["vllm_version"] == "0.33.0"
+    assert result["vllm_version"] == "0.27.1"
 
 
 def test_keeps_a_platform_vllm_inferred(tmp_path):
@@ -159,3 +166,129 @@ def test_a_broken_new_location_is_reported_not_skipped(tmp_path):
     assert code == 1
     assert "vllm.entrypoints.common.cli_args" in result["error"]
     assert "no_such_dep" in result["error"]
+
+
+def test_the_0_33_0_image_layout_passes_with_the_new_parser_module(tmp_path):
+    """The double laid out by layout.py as the vdf-vllm-double:0.33.0 image has it."""
+    src = laid_out_double(tmp_path, "0.33.0")
+    code, result = check(tmp_path, json.dumps(role_serve_args()), PYTHONPATH=str(src))
+    assert (code, result["error"]) == (0, None)
+    assert result["parser_module"] == "vllm.entrypoints.common.cli_args"
+    assert result["vllm_version"] == "0.33.0"
+    assert result["platform"] == "CpuPlatform (set by vllm_flags_check)"
+    code, result = check(tmp_path, json.dumps(GOOD + ["--no-such-flag"]), PYTHONPATH=str(src))
+    assert (code, result["parser_module"]) == (2, "vllm.entrypoints.common.cli_args")
+    assert "unrecognized arguments: --no-such-flag" in result["error"]
+    code, result = check(tmp_path, json.dumps(GOOD + ["--enable-auto-tool-choice"]),
+                         PYTHONPATH=str(src))
+    assert code == 2
+    assert "--enable-auto-tool-choice requires --tool-call-parser" in result["error"]
+
+
+def test_the_0_33_0_image_layout_knows_its_own_quantization_list(tmp_path):
+    src = laid_out_double(tmp_path, "0.33.0")
+    code, result = check(tmp_path, json.dumps(GOOD + ["-q", "inc"]), PYTHONPATH=str(src))
+    assert (code, result["quantization_check"]) == (0, "ok: inc is one of 30 methods")
+    code, result = check(tmp_path, json.dumps(GOOD + ["-q", "bitsandbytes"]), PYTHONPATH=str(src))
+    assert code == 2
+    assert result["quantization_check"].startswith("refused: --quantization bitsandbytes")
+    assert check(tmp_path, json.dumps(GOOD + ["-q", "bitsandbytes"]))[0] == 0  # 0.27.1 lists it
+
+
+# --- --kv-cache-dtype at vllm.config.CacheConfig (what the engine builds at start) --------------
+
+def test_the_0_33_0_layout_refuses_a_kv_cache_dtype_its_cache_config_refuses(tmp_path):
+    """vLLM 0.33.0's parser takes any --kv-cache-dtype; its CacheConfig refuses fp7 (exit 2)."""
+    src = laid_out_double(tmp_path, "0.33.0")
+    code, result = check(tmp_path, json.dumps(GOOD + ["--kv-cache-dtype", "fp7"]),
+                         PYTHONPATH=str(src))
+    assert code == 2
+    assert result["ok"] is False
+    assert result["error"].startswith("--kv-cache-dtype fp7 is refused by vllm.config.CacheConfig")
+    assert "Invalid kv_cache_dtype: 'fp7'" in result["error"]
+    assert result["kv_cache_dtype_check"].startswith("refused: --kv-cache-dtype fp7")
+    code, result = check(tmp_path, json.dumps(GOOD + ["--kv-cache-dtype", "nvfp4_4over6"]),
+                         PYTHONPATH=str(src))
+    assert (code, result["error"]) == (0, None)
+    assert result["kv_cache_dtype_check"] == "ok: nvfp4_4over6 (vllm.config.CacheConfig)"
+
+
+@pytest.mark.parametrize("version", ["0.27.1", "0.33.0"])
+def test_the_kv_cache_dtype_check_says_ok(tmp_path, version):
+    src = laid_out_double(tmp_path, version)
+    code, result = check(tmp_path, json.dumps(GOOD), PYTHONPATH=str(src))
+    assert (code, result["kv_cache_dtype_check"]) == (0, "ok: fp8 (vllm.config.CacheConfig)")
+    code, result = check(tmp_path, json.dumps(role_serve_args()), PYTHONPATH=str(src))
+    assert (code, result["error"]) == (0, None)
+    assert result["kv_cache_dtype_check"].startswith("ok: ")
+    # a name both releases list, which the double of 0.27.1 used to refuse at parse time
+    code, result = check(tmp_path, json.dumps(GOOD + ["--kv-cache-dtype", "float16"]),
+                         PYTHONPATH=str(src))
+    assert (code, result["kv_cache_dtype_check"]) == (0, "ok: float16 (vllm.config.CacheConfig)")
+
+
+def stub_cache_config(tmp_path, body):
+    """A copy of the double, 0.33.0's layout (any --kv-cache-dtype parses), whose
+    vllm/config/__init__.py is `body` (a CacheConfig standing in for the image's; the parser's
+    vllm.config.cache stays); returns its PYTHONPATH folder."""
+    src = laid_out_double(tmp_path, "0.33.0")
+    (src / "vllm" / "config" / "__init__.py").write_text(body)
+    return src
+
+
+def raising(statement):
+    """A CacheConfig whose constructor runs `statement`."""
+    return f"class CacheConfig:\n    def __init__(self, cache_dtype='auto'):\n        {statement}\n"
+
+
+PYDANTIC_SHAPED = ("class Err(ValueError):\n    def errors(self):\n"
+                   "        return [{{'loc': ({loc!r},), 'msg': {msg!r}, 'type': 'x'}}]\n")
+
+
+@pytest.mark.parametrize("body, noted", [
+    # the image's CacheConfig needs more than the cache dtype
+    ("class CacheConfig:\n    def __init__(self, block_size, cache_dtype='auto'):\n        pass\n",
+     "TypeError"),
+    # it refuses something else than the cache dtype (pydantic-shaped: errors() with a loc)
+    (PYDANTIC_SHAPED.format(loc="block_size", msg="Field required")
+     + raising("raise Err('1 validation error for CacheConfig\\nblock_size\\n  Field required')"),
+     "Field required"),
+    (raising("raise RuntimeError('no device to size the cache for')"), "RuntimeError"),
+    # importing it fails (a lazy import, as vLLM has some)
+    ("def __getattr__(name):\n    if name == 'CacheConfig':\n"
+     "        import no_such_dependency_of_vllm_config\n    raise AttributeError(name)\n",
+     "no_such_dependency_of_vllm_config"),
+    ("", "ImportError"),  # a vLLM without vllm.config.CacheConfig
+], ids=["needs-more-args", "another-field", "runtime-error", "broken-import", "absent"])
+def test_cache_config_failing_for_another_reason_is_noted_not_fatal(tmp_path, body, noted):
+    src = stub_cache_config(tmp_path, body)
+    code, result = check(tmp_path, json.dumps(GOOD + ["--kv-cache-dtype", "fp7"]),
+                         PYTHONPATH=str(src))
+    assert (code, result["ok"], result["error"]) == (0, True, None)
+    assert result["kv_cache_dtype_check"].startswith("skipped: ")
+    assert noted in result["kv_cache_dtype_check"]
+
+
+@pytest.mark.parametrize("body", [
+    # a plain ValueError naming the cache dtype (no pydantic errors())
+    raising("raise ValueError(f'Invalid kv_cache_dtype: {cache_dtype!r}')"),
+    # pydantic-shaped, the error on the cache_dtype field
+    PYDANTIC_SHAPED.format(loc="cache_dtype", msg="Input should be 'auto'")
+    + raising("raise Err('1 validation error for CacheConfig')"),
+], ids=["plain-value-error", "pydantic-shaped"])
+def test_cache_config_refusing_the_cache_dtype_is_a_refusal(tmp_path, body):
+    src = stub_cache_config(tmp_path, body)
+    code, result = check(tmp_path, json.dumps(GOOD + ["--kv-cache-dtype", "fp7"]),
+                         PYTHONPATH=str(src))
+    assert (code, result["ok"]) == (2, False)
+    assert result["error"].startswith("--kv-cache-dtype fp7 is refused by vllm.config.CacheConfig")
+    assert result["kv_cache_dtype_check"].startswith("refused: ")
+
+
+def test_a_refused_quantization_still_reports_the_kv_cache_dtype(tmp_path):
+    src = laid_out_double(tmp_path, "0.33.0")
+    code, result = check(tmp_path, json.dumps(GOOD + ["-q", "bitsandbytes", "--kv-cache-dtype",
+                                                      "fp7"]), PYTHONPATH=str(src))
+    assert code == 2
+    assert result["error"].startswith("--quantization bitsandbytes")  # the first refusal
+    assert result["kv_cache_dtype_check"].startswith("refused: --kv-cache-dtype fp7")

@@ -8,6 +8,7 @@ free loopback port, so its crash (os._exit) ends only that process.
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOUBLE_SRC = ROOT / "molecule" / "images" / "vllm-double" / "src"
+DOUBLE_IMAGE = ROOT / "molecule" / "images" / "vllm-double"
+DOUBLE_SRC = DOUBLE_IMAGE / "src"
 FILES = ROOT / "files"
 MTP = '{"method": "mtp", "num_speculative_tokens": 4}'
 
@@ -65,6 +67,62 @@ def import_double(monkeypatch) -> None:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("VLLM_DOUBLE_DEVICE", raising=False)
+
+
+def laid_out_double(directory: Path, version: str) -> Path:
+    """The double as its image holds it in /opt/vllm-double (src/, install_double.py, layout.py),
+    copied under `directory` and laid out as vLLM `version` by layout.py, the script the
+    Dockerfiles run (VLLM_LAYOUT, vllm-double-0.33/Dockerfile); returns the copy's src folder,
+    the PYTHONPATH for double_env(..., PYTHONPATH=str(src))."""
+    opt = directory / f"opt-vllm-double-{version}"
+    shutil.copytree(DOUBLE_SRC, opt / "src", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("install_double.py", "layout.py"):
+        shutil.copy(DOUBLE_IMAGE / name, opt / name)
+    result = subprocess.run([sys.executable, str(opt / "layout.py"), version,
+                             str(opt / "src" / "vllm")], capture_output=True, text=True,
+                            timeout=30, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"layout.py {version} exited {result.returncode}: {result.stderr}")
+    return opt / "src"
+
+
+# Runs in a subprocess with a laid-out double on PYTHONPATH: builds the serve parser as `vllm serve`
+# does (with vLLM's CPU platform set, as vllm_flags_check.py sets it), parses argv (JSON in
+# argv[1]) and prints the parsed flags as JSON; argparse's refusal exits 2 with its message.
+PARSE_SERVE_CODE = """
+import json, sys
+import vllm.platforms
+from vllm.platforms.cpu import CpuPlatform
+vllm.platforms._current_platform = CpuPlatform()
+from vllm.entrypoints.cli.main import parser_module
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = parser_module().make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+print(json.dumps(vars(parser.parse_args(json.loads(sys.argv[1]))), default=repr))
+"""
+
+
+def run_in_double(src: Path, code: str, *args) -> subprocess.CompletedProcess:
+    """`python -c code args...` with the double's source folder `src` (DOUBLE_SRC, or a
+    laid_out_double copy) on PYTHONPATH, no bytecode written, no GPU in the environment."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VLLM_", "NVIDIA_", "HF_", "VDF_"))}
+    env.update({"PYTHONPATH": str(src), "PYTHONDONTWRITEBYTECODE": "1"})
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                          text=True, timeout=30, check=False)
+
+
+def parse_serve(src: Path, argv) -> tuple:
+    """(exit code, parsed flags or None, stderr) of the serve parser of the double in `src`."""
+    result = run_in_double(src, PARSE_SERVE_CODE, json.dumps(list(argv)))
+    parsed = json.loads(result.stdout) if result.returncode == 0 else None
+    return result.returncode, parsed, result.stderr
+
+
+def write_rig_knobs(env: dict, **knobs) -> None:
+    """Writes $HF_HOME/vllm-double.json of the double's environment (a rig's knob file)."""
+    home = Path(env["HF_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "vllm-double.json").write_text(json.dumps(knobs))
 
 
 def load_file_module(name: str):

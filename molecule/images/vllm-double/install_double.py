@@ -2,9 +2,12 @@
 
 Copies src/vllm next to the real FlashInfer in site-packages, writes a minimal dist-info so
 importlib.metadata.version("vllm") answers, and the console commands `vllm`, `hf` and
-`huggingface-cli` (all doubles).
+`huggingface-cli` (all doubles). Run again (the 0.33.0 image runs it after layout.py on the 0.27.1
+image's tree), it replaces the package and any earlier vllm dist-info, so exactly one version is
+installed. VLLM_DOUBLE_SITE_DIR and VLLM_DOUBLE_BIN_DIR move where it installs (tests).
 """
 
+import glob
 import os
 import shutil
 import sys
@@ -23,13 +26,15 @@ def main() -> int:
     sys.path.insert(0, os.path.join(HERE, "src"))
     from vllm import __version__
 
-    site = sysconfig.get_paths()["purelib"]
+    site = os.environ.get("VLLM_DOUBLE_SITE_DIR") or sysconfig.get_paths()["purelib"]
     target = os.path.join(site, "vllm")
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(os.path.join(HERE, "src", "vllm"), target,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    for old in glob.glob(os.path.join(site, "vllm-*.dist-info")):
+        shutil.rmtree(old)
     info = os.path.join(site, f"vllm-{__version__}.dist-info")
-    os.makedirs(info, exist_ok=True)
+    os.makedirs(info)
     with open(os.path.join(info, "METADATA"), "w") as f:
         f.write(f"Metadata-Version: 2.1\nName: vllm\nVersion: {__version__}\n"
                 "Summary: TEST DOUBLE of vLLM (vllm-double), not vLLM\n")

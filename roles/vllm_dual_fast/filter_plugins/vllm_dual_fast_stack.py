@@ -25,13 +25,14 @@ def disk_shortfalls(places):
     id), free_gib, need_gib; places on one file system share its free space."""
     by_fs = {}
     for place in places:
-        entry = by_fs.setdefault(str(place["fs"]), {"free": float(place["free_gib"]), "need": 0.0,
-                                                     "what": []})
+        entry = by_fs.setdefault(str(place["fs"]),
+                                 {"free": float(place["free_gib"]), "need": 0.0, "what": []})
         entry["need"] += float(place["need_gib"])
         if float(place["need_gib"]) > 0:
             entry["what"].append(f"{place['what']} ({float(place['need_gib']):g} GiB)")
     return [
-        f"{e['free']:g} GiB free where {' and '.join(e['what'])} must fit: {e['need']:g} GiB needed."
+        f"{e['free']:g} GiB free where {' and '.join(e['what'])} must fit: "
+        f"{e['need']:g} GiB needed."
         for e in by_fs.values() if e["need"] > e["free"]
     ]
 

@@ -1,10 +1,22 @@
 """`vllm` console command of the vLLM test double: `vllm --version`, `vllm serve MODEL ...`."""
 
+import importlib
 import sys
 import traceback
 
 from vllm import __version__
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+
+def parser_module():
+    """The serve parser's module where this tree's layout keeps it (see layout.py): vLLM 0.33.0's
+    vllm.entrypoints.common.cli_args, else 0.27.1's vllm.entrypoints.openai.cli_args."""
+    try:
+        return importlib.import_module("vllm.entrypoints.common.cli_args")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("vllm.entrypoints.common", "vllm.entrypoints.common.cli_args"):
+            raise
+    return importlib.import_module("vllm.entrypoints.openai.cli_args")
 
 
 def main(argv=None) -> int:
@@ -20,16 +32,15 @@ def main(argv=None) -> int:
         sub.add_parser("serve")
         top.parse_args(argv)  # exits 2 on anything but serve
         return 2
-    from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
-
+    cli_args = parser_module()
     try:
-        parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+        parser = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
     except RuntimeError:
         traceback.print_exc()
         return 1
     args = parser.parse_args(argv[1:])  # exits 2 on unknown flags and bad choices
     try:
-        validate_parsed_serve_args(args)
+        cli_args.validate_parsed_serve_args(args)
     except (TypeError, ValueError):
         traceback.print_exc()
         return 1

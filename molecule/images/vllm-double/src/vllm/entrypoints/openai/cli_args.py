@@ -5,18 +5,26 @@ then ``parse_args([...])``, and ``validate_parsed_serve_args(args)``. Unknown fl
 choices exit 2 through argparse, as in vLLM. Only a subset of vLLM's flags exists here: every
 flag below exists in real vLLM with the same spelling and kind of value, so a flag the double
 accepts is one real vLLM accepts; the reverse is what vllm_flags_check.py checks on the real
-image.
+image. Compared with the real parsers of 0.27.1 and 0.33.0 (bench/results/vllm-parsers.md).
+
+What depends on the release (vllm.__version__, set by layout.py), as in vLLM:
+--kv-cache-dtype offers vllm.config.cache's names as choices in 0.27.1 and takes any string in
+0.33.0 (CacheConfig refuses an unknown one when the engine starts); 0.33.0 adds the alias
+--device-memory-utilization and, through its FlexibleArgumentParser, the --enable-/--disable-
+pairs of the boolean flags (vllm.utils.argparse_utils.EnableDisableAction).
 """
 
 import argparse
 import json
 
+from vllm._double import release
+from vllm.config import cache
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 DTYPES = ["auto", "half", "float16", "bfloat16", "float", "float32"]
-KV_CACHE_DTYPES = ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"]
 UVICORN_LOG_LEVELS = ["critical", "error", "warning", "info", "debug", "trace"]
-EXECUTOR_BACKENDS = ["ray", "mp", "uni", "external_launcher"]
+# vLLM 0.33.0 also spells --gpu-memory-utilization --device-memory-utilization.
+DEVICE_MEMORY_ALIAS_SINCE = (0, 33)
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 
 
@@ -99,16 +107,22 @@ def make_arg_parser(parser: FlexibleArgumentParser) -> FlexibleArgumentParser:
     eng.add_argument("--max-model-len", type=human_readable_int_or_auto, default=None)
     eng.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     eng.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    eng.add_argument("--distributed-executor-backend", choices=EXECUTOR_BACKENDS, default=None)
+    # Any string (vLLM: a backend name or an executor class, checked when the engine starts).
+    eng.add_argument("--distributed-executor-backend", type=str, default=None)
     eng.add_argument("--disable-custom-all-reduce", action=boolean, default=False)
-    eng.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    eng.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
+    memory = ["--gpu-memory-utilization"]
+    if release() >= DEVICE_MEMORY_ALIAS_SINCE:
+        memory.append("--device-memory-utilization")
+    eng.add_argument(*memory, dest="gpu_memory_utilization", type=float, default=0.9)
+    # 0.27.1: the names of vllm.config.cache.CacheDType as choices; 0.33.0: any string here,
+    # CacheConfig refuses an unknown one at start (see vllm._double.server).
+    eng.add_argument("--kv-cache-dtype", type=str, choices=cache.PARSER_CHOICES, default="auto")
     eng.add_argument("--enable-prefix-caching", action=boolean, default=None)
     eng.add_argument("--enable-chunked-prefill", action=boolean, default=None)
     eng.add_argument("--max-num-seqs", type=int, default=None)
     eng.add_argument("--max-num-batched-tokens", type=human_readable_int, default=None)
     eng.add_argument("--async-scheduling", action=boolean, default=None)
-    eng.add_argument("--speculative-config", type=_speculative_config, default=None)
+    eng.add_argument("--speculative-config", "-sc", type=_speculative_config, default=None)
     eng.add_argument("--compilation-config", "-cc", type=json_object, default=None)
     eng.add_argument("--hf-overrides", type=json_object, default=None)
     eng.add_argument("--reasoning-parser", type=str, default="")
@@ -116,7 +130,7 @@ def make_arg_parser(parser: FlexibleArgumentParser) -> FlexibleArgumentParser:
     eng.add_argument("--override-generation-config", type=json_object, default=None)
     eng.add_argument("--enforce-eager", action=boolean, default=False)
     eng.add_argument("--seed", type=int, default=None)
-    eng.add_argument("--disable-log-stats", action=boolean, default=False)
+    eng.add_argument("--disable-log-stats", action="store_true")  # no --no- form, as vLLM
     eng.add_argument("--enable-log-requests", action=boolean, default=False)
     return parser
 

@@ -1,12 +1,14 @@
 """vllm.model_executor.layers.quantization (test double): vLLM's list of quantization methods.
 
 Real vLLM builds ``QUANTIZATION_METHODS`` from its ``QuantizationMethods`` literal; the names and
-their order below are those of vLLM 0.27.1 (31 names; vLLM 0.33.0 has the same list less
-"bitsandbytes"). There is no "auto_round" nor "auto-round": an AutoRound checkpoint loads as
-"inc". As in vLLM, ``--quantization`` parses any name and the engine refuses one that is not in
-this list when it starts (exact spelling); a plugin may append names with
-``register_quantization_config``.
+their order below are those of vLLM 0.27.1 (31 names); vLLM 0.33.0 has the same list less
+"bitsandbytes", and so does the double laid out as 0.33.0 (``vllm.__version__``, see DROPPED).
+There is no "auto_round" nor "auto-round": an AutoRound checkpoint loads as "inc". As in vLLM,
+``--quantization`` parses any name and the engine refuses one that is not in this list when it
+starts (exact spelling); a plugin may append names with ``register_quantization_config``.
 """
+
+from vllm import __version__
 
 QUANTIZATION_METHODS = [
     "awq",
@@ -41,6 +43,12 @@ QUANTIZATION_METHODS = [
     "nvfp4_per_token",
     "mxfp8",
 ]
+# Names vLLM dropped after 0.27.1, by the release that no longer has them.
+DROPPED = {(0, 33): ("bitsandbytes",)}
+_release = tuple(int(part) for part in __version__.split(".")[:2])
+for _since, _names in DROPPED.items():
+    if _release >= _since:
+        QUANTIZATION_METHODS = [m for m in QUANTIZATION_METHODS if m not in _names]
 
 
 def register_quantization_config(quantization: str):

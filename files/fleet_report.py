@@ -1,0 +1,445 @@
+#!/usr/bin/env python3
+"""Fleet report of a rollout: one row per rig (standard library only, Python 3.9+).
+
+    python3 fleet_report.py --reports DIR [--pulled DIR] [--state FILE | --state-dir DIR]
+                            --out DIR [--print]
+
+Inputs
+  --reports DIR  the per-rig health reports the role writes on the controller, DIR/<host>.json
+                 (roles/vllm_dual_fast/tasks/health.yml `_report`: host, release, image, healthy,
+                 failures, smoke, kernel_xid_lines, patch_status, patch_report, checked_at, ...).
+                 Top-level *.json only; this tool's own fleet-*.json and JSON objects without a
+                 "host" key are skipped; a file that is not JSON becomes a row saying so.
+  --pulled DIR   the same reports as uploaded by rigs that pull (same shape); a folder that does
+                 not exist yet counts as empty. Per host the report with the newest checked_at
+                 wins (ISO 8601; no offset counts as UTC; on a tie or an unreadable time,
+                 --reports).
+  --state FILE   the rollout's state, {host: {state, reason, previous_release, previous_speed,
+                 speed, vllm_version, flashinfer_version}}, every key optional (others are
+                 ignored); state is one of STATES. A rig in the state but without a report still
+                 gets its row; a rig with a report but no state is "healthy" or "unhealthy" as its
+                 report says.
+  --state-dir DIR  the same state as one file per rig, DIR/<host>.json holding that rig's object
+                 (its "host" key, else the file name, names the rig).
+
+Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rows",
+"footer"}) and .md (a table and its footer), written whole (no half-written file); their paths
+on stderr; --print prints the Markdown on stdout. One row per rig: host, state, release, image,
+vLLM and FlashInfer versions (the state's, else the report's), patch (patch_class of the
+report's patch_status: patched, upstream-fixed, pinned, or the status itself such as drift or
+unknown), decode tokens/s at c=1 and at c=4 now and under the previous release (smoke.py --speed
+figures: "speed" of the state, else the report's smoke.speed; "previous_speed" of the state),
+the number of kernel Xid lines, and a one-line reason (the state's, else the failures of an
+unhealthy report). The footer counts rigs per state and says whether every reachable rig (state
+not "unreachable") reports upstream-fixed, in which case the patch can be dropped fleet-wide.
+
+Exit codes: 0 written (whatever the rigs' states); 2 bad input: --reports, the state file or
+folder missing or unreadable, --pulled not a folder, a state that is not {host: object}, an
+unknown state name; 1 unexpected (such as --out not writable).
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import re
+import sys
+
+EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT = 0, 1, 2
+STATES = ("updated", "unchanged", "rolled-back", "failed", "not-reached", "unreachable",
+          "staging-failed")
+# Without a rollout state: what the rig's own report says.
+DERIVED_STATES = ("healthy", "unhealthy", "no-report")
+PATCH_CLASSES = {"patched": "patched", "already-patched": "patched",
+                 "upstream-fixed": "upstream-fixed", "unpatched": "pinned"}
+REASON_CHARS = 160
+NONE = "—"
+
+
+class BadInput(Exception):
+    """An input this tool refuses (exit 2)."""
+
+
+# --- small pure functions ----------------------------------------------------------------------
+
+def parse_time(text):
+    """An aware UTC datetime from an ISO 8601 text (no offset: UTC; a trailing Z is fine);
+    None when it is not one."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return when.replace(tzinfo=datetime.timezone.utc)
+    return when.astimezone(datetime.timezone.utc)
+
+
+def newer(candidate: dict, current) -> bool:
+    """Whether report `candidate` replaces `current` (None: nothing yet): a strictly newer
+    checked_at; an unreadable time never wins over a readable one."""
+    if current is None:
+        return True
+    new, old = parse_time(candidate.get("checked_at")), parse_time(current.get("checked_at"))
+    return new is not None and (old is None or new > old)
+
+
+def merge_reports(*sources) -> dict:
+    """{host: report} from several {host: report} dicts, earliest source first: per host the
+    newest checked_at wins, a tie keeps the earlier source's."""
+    merged = {}
+    for source in sources:
+        for host, report in source.items():
+            if newer(report, merged.get(host)):
+                merged[host] = report
+    return merged
+
+
+def patch_class(status) -> str:
+    """patched / already-patched -> patched, upstream-fixed -> upstream-fixed, unpatched ->
+    pinned; nothing known -> unknown; any other patcher status (drift, reverted, absent, error)
+    stays itself."""
+    if not isinstance(status, str) or not status.strip():
+        return "unknown"
+    return PATCH_CLASSES.get(status.strip(), status.strip())
+
+
+def _number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _level_rate(level):
+    """tokens/s of one level of smoke.py's speed: {"tokens_per_s": x, ...} or a bare number."""
+    if isinstance(level, dict):
+        return _number(level.get("tokens_per_s"))
+    return _number(level)
+
+
+def speed_figures(speed) -> dict:
+    """{"c1", "c4", "c4_concurrency"} (tokens/s or None) from smoke.py's "speed" object
+    ({"c1": {...}, "cN": {...}, "concurrency": N}), a whole smoke report holding one, or a plain
+    {"c1": x, "c4": y}. c4 is the cN level; c4_concurrency says which N it was measured at."""
+    if isinstance(speed, dict) and isinstance(speed.get("speed"), dict):
+        speed = speed["speed"]
+    if not isinstance(speed, dict):
+        return {"c1": None, "c4": None, "c4_concurrency": None}
+    if "c4" in speed:
+        c4, n = _level_rate(speed["c4"]), 4
+    else:
+        c4 = _level_rate(speed.get("cN"))
+        n = speed.get("concurrency") if isinstance(speed.get("concurrency"), int) else None
+    return {"c1": _level_rate(speed.get("c1")), "c4": c4,
+            "c4_concurrency": n if c4 is not None else None}
+
+
+def speed_cell(now, before, concurrency=None, nominal=None) -> str:
+    """'41.2 (was 43.0, -4.2%)'; a level measured at another concurrency than the column's
+    (nominal) is named, '88.0 at c=8'."""
+    at = f" at c={concurrency}" if nominal and concurrency and concurrency != nominal else ""
+    text = NONE if now is None else f"{now:.1f}{at}"
+    if before is None:
+        return text
+    if now is None or before == 0:
+        return f"{text} (was {before:.1f})"
+    return f"{text} (was {before:.1f}, {(now - before) / before * 100:+.1f}%)"
+
+
+def one_line(text, limit: int = REASON_CHARS) -> str:
+    """Whitespace folded to single spaces, cut at `limit` characters with '...'."""
+    if isinstance(text, (list, tuple)):
+        text = "; ".join(str(t) for t in text)
+    text = re.sub(r"\s+", " ", str(text or "")).strip()
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
+def _healthy(report):
+    value = report.get("healthy")
+    if isinstance(value, str):
+        return {"true": True, "false": False}.get(value.strip().lower())
+    return value if isinstance(value, bool) else None
+
+
+def state_of(report, state) -> str:
+    """The rig's state: the rollout's when it has one, else from its report."""
+    if isinstance(state, dict) and state.get("state"):
+        return state["state"]
+    if not report or report.get("_unreadable"):
+        return "no-report"
+    return "unhealthy" if _healthy(report) is False else "healthy"
+
+
+def _text(value):
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def row_for(host: str, report=None, state=None) -> dict:
+    """One rig's row from its merged report (None: none) and its rollout state (None: none)."""
+    report = report or {}
+    state = state or {}
+    patch_report = report.get("patch_report") if isinstance(report.get("patch_report"),
+                                                            dict) else {}
+    smoke = report.get("smoke") if isinstance(report.get("smoke"), dict) else {}
+    now = speed_figures(state.get("speed") or smoke.get("speed"))
+    before = speed_figures(state.get("previous_speed"))
+    raw_patch = _text(report.get("patch_status")) or _text(patch_report.get("status"))
+    xid = report.get("kernel_xid_lines")
+    reason = _text(state.get("reason"))
+    if reason is None and report.get("_unreadable"):
+        reason = report["_unreadable"]
+    elif reason is None and report and _healthy(report) is False:
+        failures = report.get("failures")
+        reason = one_line(failures) if failures else "unhealthy (no failure named)"
+    return {
+        "host": host,
+        "state": state_of(report, state),
+        "release": _text(report.get("release")) or _text(state.get("release")),
+        "previous_release": _text(state.get("previous_release")),
+        "image": _text(report.get("image")) or _text(state.get("image")),
+        "vllm_version": _text(state.get("vllm_version")) or _text(report.get("vllm_version")),
+        "flashinfer_version": (_text(state.get("flashinfer_version"))
+                               or _text(patch_report.get("flashinfer_version"))),
+        "patch": patch_class(raw_patch),
+        "patch_status": raw_patch,
+        "tokens_per_s_c1": now["c1"],
+        "previous_tokens_per_s_c1": before["c1"],
+        "tokens_per_s_c4": now["c4"],
+        "previous_tokens_per_s_c4": before["c4"],
+        "c4_concurrency": now["c4_concurrency"],
+        "xid_count": len(xid) if isinstance(xid, list) else None,
+        "healthy": _healthy(report) if report else None,
+        "checked_at": _text(report.get("checked_at")),
+        "report_from": report.get("_from"),
+        "reason": one_line(reason) if reason else None,
+    }
+
+
+def footer(rows) -> dict:
+    """Rigs per state (STATES order, then any other), and whether the patch can be dropped:
+    every reachable rig (state not unreachable) reports upstream-fixed."""
+    counts = {}
+    for name in STATES + DERIVED_STATES:
+        n = sum(1 for r in rows if r["state"] == name)
+        if n:
+            counts[name] = n
+    for r in rows:
+        counts.setdefault(r["state"], sum(1 for x in rows if x["state"] == r["state"]))
+    reachable = [r for r in rows if r["state"] != "unreachable"]
+    holding = [r for r in reachable if r["patch"] != "upstream-fixed"]
+    droppable = bool(reachable) and not holding
+    lines = [f"{len(rows)} rig{'s' if len(rows) != 1 else ''}: "
+             + (", ".join(f"{n} {name}" for name, n in counts.items()) or "none")]
+    unreachable = len(rows) - len(reachable)
+    if droppable:
+        lines.append("Every reachable rig reports upstream-fixed: the patch can be dropped "
+                     "fleet-wide" + (f" ({unreachable} unreachable rig"
+                                     f"{'s' if unreachable != 1 else ''} not counted)."
+                                     if unreachable else "."))
+    elif reachable:
+        lines.append(f"The patch stays: {len(holding)} of {len(reachable)} reachable rigs do not "
+                     "report upstream-fixed (" + ", ".join(f"{r['host']} {r['patch']}"
+                                                           for r in holding) + ").")
+    pinned = [r["host"] for r in rows if r["patch"] == "pinned"]
+    if pinned:
+        lines.append("Serving with FlashInfer's plan buffer still pinned (vllm#40756 exposed): "
+                     + ", ".join(pinned) + ".")
+    return {"rigs": len(rows), "states": counts, "reachable": len(reachable),
+            "patch_droppable": droppable, "patch_holding": [r["host"] for r in holding],
+            "pinned": pinned, "lines": lines}
+
+
+def _cell(value) -> str:
+    text = NONE if value is None or value == "" else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+COLUMNS = ("Host", "State", "Release", "Image", "vLLM", "FlashInfer", "Patch", "tok/s c=1",
+           "tok/s c=4", "Xid", "Reason")
+
+
+def table_row(row: dict) -> list:
+    return [row["host"], row["state"], row["release"], row["image"], row["vllm_version"],
+            row["flashinfer_version"], row["patch"],
+            speed_cell(row["tokens_per_s_c1"], row["previous_tokens_per_s_c1"]),
+            speed_cell(row["tokens_per_s_c4"], row["previous_tokens_per_s_c4"],
+                       row["c4_concurrency"], 4),
+            row["xid_count"], row["reason"] or ""]
+
+
+def render_markdown(fleet: dict) -> str:
+    """The Markdown report: a title, one table row per rig, the footer's lines."""
+    out = [f"# Fleet report {fleet['generated_at']}", "",
+           "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for row in fleet["rows"]:
+        cells = [_cell(c) for c in table_row(row)]
+        cells[-1] = cells[-1] if row["reason"] else ""
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    out += [f"{line}  " if i < len(fleet["footer"]["lines"]) - 1 else line
+            for i, line in enumerate(fleet["footer"]["lines"])]
+    return "\n".join(out) + "\n"
+
+
+# --- inputs and outputs ------------------------------------------------------------------------
+
+def load_report_dir(folder: str, label: str, skip=(), missing_ok: bool = False) -> tuple:
+    """({host: report}, notes) from folder/*.json; each report gains '_from' = label. A file
+    that is not JSON becomes {'_unreadable': why} under its file name's host; a JSON object
+    without a host, and fleet-*.json, are skipped (named in notes). A folder that does not
+    exist: BadInput, or nothing when missing_ok."""
+    if not os.path.isdir(folder):
+        if missing_ok and not os.path.exists(folder):
+            return {}, [f"{label}: {folder} does not exist (yet): no reports there"]
+        raise BadInput(f"{label} folder {folder} does not exist or is not a folder")
+    skip = {os.path.abspath(s) for s in skip}
+    reports, notes = {}, []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        name = os.path.basename(path)
+        if name.startswith("fleet-") or os.path.abspath(path) in skip:
+            continue
+        stem = name[:-len(".json")]
+        try:
+            with open(path, encoding="utf-8") as f:
+                report = json.load(f)
+        except (OSError, ValueError) as exc:
+            report = {"_unreadable": f"report {name} unreadable: {type(exc).__name__}"}
+            host = stem
+        else:
+            host = report.get("host") if isinstance(report, dict) else None
+            if not isinstance(host, str) or not host:
+                notes.append(f"{label}: {name} skipped (not a rig report: no host)")
+                continue
+        report["_from"] = label
+        if newer(report, reports.get(host)):
+            reports[host] = report
+    return reports, notes
+
+
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise BadInput(f"{what} {path}: not JSON ({exc})") from exc
+
+
+def load_state_dir(folder: str) -> dict:
+    """{host: state dict} from folder/<host>.json, one rig's state object each; BadInput when
+    the folder is missing or a file is not a JSON object."""
+    if not os.path.isdir(folder):
+        raise BadInput(f"state folder {folder} does not exist or is not a folder")
+    state = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        value = _read_json(path, "state file")
+        if not isinstance(value, dict):
+            raise BadInput(f"state file {path}: expected an object, got {type(value).__name__}")
+        host = value.get("host")
+        state[host if isinstance(host, str) and host else
+              os.path.basename(path)[:-len(".json")]] = value
+    return check_state(state, folder)
+
+
+def load_state(path: str) -> dict:
+    """{host: state dict} from the rollout's state file; BadInput when it is not one."""
+    return check_state(_read_json(path, "state file"), path)
+
+
+def check_state(state, path: str) -> dict:
+    """The state itself when it is {host: {state: one of STATES, ...}}; BadInput otherwise."""
+    if not isinstance(state, dict):
+        raise BadInput(f"state file {path}: expected {{host: {{state, ...}}}}, "
+                       f"got {type(state).__name__}")
+    for host, value in state.items():
+        if not isinstance(value, dict):
+            raise BadInput(f"state file {path}: {host}: expected an object, "
+                           f"got {type(value).__name__}")
+        name = value.get("state")
+        if name is not None and name not in STATES:
+            raise BadInput(f"state file {path}: {host}: unknown state {name!r} "
+                           f"(one of {', '.join(STATES)})")
+    return state
+
+
+def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None) -> dict:
+    """The fleet report: one row per host in the reports or the state, sorted by host."""
+    hosts = sorted(set(reports) | set(state))
+    rows = [row_for(h, reports.get(h), state.get(h)) for h in hosts]
+    return {"generated_at": generated_at, "inputs": inputs or {}, "rows": rows,
+            "footer": footer(rows)}
+
+
+def _write(path: str, text: str) -> None:
+    with open(path + ".part", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".part", path)
+
+
+def write_fleet(fleet: dict, out_dir: str, stamp: str) -> tuple:
+    """Writes out_dir/fleet-<stamp>.json and .md; returns both paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, f"fleet-{stamp}")
+    _write(base + ".json", json.dumps(fleet, indent=2, sort_keys=True) + "\n")
+    _write(base + ".md", render_markdown(fleet))
+    return base + ".json", base + ".md"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reports", required=True, metavar="DIR",
+                        help="per-rig reports written by the role (DIR/<host>.json)")
+    parser.add_argument("--pulled", metavar="DIR", help="reports uploaded by pulled rigs")
+    states = parser.add_mutually_exclusive_group()
+    states.add_argument("--state", metavar="FILE", help="the rollout's state, {host: {...}}")
+    states.add_argument("--state-dir", metavar="DIR",
+                        help="the rollout's state, one DIR/<host>.json per rig")
+    parser.add_argument("--out", required=True, metavar="DIR", help="where fleet-*.json/md go")
+    parser.add_argument("--print", action="store_true", help="print the Markdown on stdout")
+    return parser
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_BAD_INPUT if exc.code else EXIT_OK
+    now = datetime.datetime.now(datetime.timezone.utc)
+    try:
+        skip = [args.state] if args.state else []
+        reports, notes = load_report_dir(args.reports, "reports", skip)
+        sources = [reports]
+        if args.pulled:
+            pulled, more = load_report_dir(args.pulled, "pulled", skip, missing_ok=True)
+            sources.append(pulled)
+            notes += more
+        state = (load_state(args.state) if args.state
+                 else load_state_dir(args.state_dir) if args.state_dir else {})
+    except BadInput as exc:
+        sys.stderr.write(f"fleet_report: {exc}\n")
+        return EXIT_BAD_INPUT
+    for note in notes:
+        sys.stderr.write(f"fleet_report: {note}\n")
+    try:
+        fleet = build_fleet(merge_reports(*sources), state,
+                            now.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                            {"reports": args.reports, "pulled": args.pulled,
+                             "state": args.state or args.state_dir})
+        paths = write_fleet(fleet, args.out, now.strftime("%Y%m%dT%H%M%SZ"))
+    except Exception as exc:  # noqa: BLE001 (unexpected: say so, exit 1)
+        sys.stderr.write(f"fleet_report: error: {type(exc).__name__}: {exc}\n")
+        return EXIT_UNEXPECTED
+    sys.stderr.write(f"fleet_report: wrote {paths[0]} and {paths[1]}\n")
+    if args.print:
+        sys.stdout.write(render_markdown(fleet))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

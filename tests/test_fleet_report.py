@@ -1,0 +1,321 @@
+"""files/fleet_report.py: pure functions and the CLI on report folders in tmp_path."""
+
+import json
+
+import pytest
+from vllm_double_fixtures import load_file_module
+
+fleet = load_file_module("fleet_report")
+
+SPEED_NOW = {"c1": {"tokens_per_s": 41.0, "ttft_s": 0.3}, "cN": {"tokens_per_s": 30.0},
+             "concurrency": 4, "max_tokens": 256}
+SPEED_BEFORE = {"c1": {"tokens_per_s": 50.0}, "cN": {"tokens_per_s": 30.0}, "concurrency": 4}
+
+
+def report(host, checked_at="2026-11-30T00:00:00", healthy=True, patch="patched", **extra):
+    """A rig report shaped as roles/vllm_dual_fast/tasks/health.yml writes it."""
+    body = {
+        "host": host, "release": f"rel-{host}", "image": "vllm/vllm-openai:v0.33.0",
+        "checked_at": checked_at, "healthy": healthy, "failures": [],
+        "smoke": {"ok": healthy, "aggregate": {"ok": 4}}, "kernel_xid_lines": [],
+        "patch_status": patch,
+        "patch_report": {"status": patch, "flashinfer_version": "0.7.2.post1"},
+    }
+    body.update(extra)
+    return body
+
+
+def write_reports(folder, *reports):
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in reports:
+        (folder / f"{r['host']}.json").write_text(json.dumps(r))
+    return folder
+
+
+# --- pure functions ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("status, expected", [
+    ("patched", "patched"), ("already-patched", "patched"), ("upstream-fixed", "upstream-fixed"),
+    ("unpatched", "pinned"), ("drift", "drift"), (None, "unknown"), ("", "unknown"),
+    ("unknown", "unknown"),
+])
+def test_patch_class(status, expected):
+    assert fleet.patch_class(status) == expected
+
+
+def test_speed_figures_reads_smoke_speed_shapes():
+    assert fleet.speed_figures(SPEED_NOW) == {"c1": 41.0, "c4": 30.0, "c4_concurrency": 4}
+    assert fleet.speed_figures({"speed": SPEED_NOW})["c1"] == 41.0  # a whole smoke report
+    assert fleet.speed_figures({"c1": 40, "c4": 120}) == {"c1": 40.0, "c4": 120.0,
+                                                          "c4_concurrency": 4}
+    eight = dict(SPEED_NOW, concurrency=8)
+    assert fleet.speed_figures(eight)["c4_concurrency"] == 8
+    assert fleet.speed_figures({"skipped": "the smoke failed"}) == {
+        "c1": None, "c4": None, "c4_concurrency": None}
+    assert fleet.speed_figures(None)["c1"] is None
+    assert fleet.speed_figures({"c1": {"tokens_per_s": True}})["c1"] is None
+
+
+def test_speed_cell():
+    assert fleet.speed_cell(41.0, 50.0) == "41.0 (was 50.0, -18.0%)"
+    assert fleet.speed_cell(41.0, None) == "41.0"
+    assert fleet.speed_cell(None, 50.0) == "— (was 50.0)"
+    assert fleet.speed_cell(None, None) == "—"
+    assert fleet.speed_cell(88.0, None, 8, 4) == "88.0 at c=8"
+    assert fleet.speed_cell(88.0, None, 4, 4) == "88.0"
+
+
+def test_parse_time_and_newest_wins():
+    assert fleet.parse_time("2026-11-30T00:17:27.887093") == fleet.parse_time(
+        "2026-11-30T00:17:27.887093Z")
+    assert fleet.parse_time("2026-11-30T02:00:00+02:00") == fleet.parse_time(
+        "2026-11-30T00:00:00")
+    assert fleet.parse_time("yesterday") is None
+    old, new = report("a", "2026-11-30T00:00:00"), report("a", "2026-11-30T00:05:00Z")
+    assert fleet.merge_reports({"a": new}, {"a": old})["a"] is new
+    assert fleet.merge_reports({"a": old}, {"a": new})["a"] is new
+    same = report("a", "2026-11-30T00:00:00+00:00")
+    assert fleet.merge_reports({"a": old}, {"a": same})["a"] is old  # a tie keeps the first
+    undated = report("a", None)
+    assert fleet.merge_reports({"a": undated}, {"a": old})["a"] is old
+    assert fleet.merge_reports({"a": old}, {"a": undated})["a"] is old
+
+
+def test_row_for_a_report_with_state():
+    state = {"state": "updated", "previous_release": "rel-old", "speed": SPEED_NOW,
+             "previous_speed": SPEED_BEFORE, "vllm_version": "0.33.0"}
+    row = fleet.row_for("a", report("a", kernel_xid_lines=["Xid 31", "Xid 31"]), state)
+    assert row["state"] == "updated"
+    assert (row["release"], row["previous_release"]) == ("rel-a", "rel-old")
+    assert (row["vllm_version"], row["flashinfer_version"]) == ("0.33.0", "0.7.2.post1")
+    assert (row["patch"], row["patch_status"]) == ("patched", "patched")
+    assert (row["tokens_per_s_c1"], row["previous_tokens_per_s_c1"]) == (41.0, 50.0)
+    assert (row["tokens_per_s_c4"], row["previous_tokens_per_s_c4"]) == (30.0, 30.0)
+    assert row["xid_count"] == 2
+    assert row["reason"] is None
+
+
+def test_row_for_takes_speed_from_the_report_when_the_state_has_none():
+    r = report("a", smoke={"ok": True, "speed": SPEED_NOW})
+    row = fleet.row_for("a", r, {"state": "unchanged"})
+    assert (row["tokens_per_s_c1"], row["previous_tokens_per_s_c1"]) == (41.0, None)
+
+
+def test_row_for_a_failure_names_one_line_reason():
+    failures = ["smoke: request 3: HTTP 500", "kernel log: 1 new Xid line:\n  NVRM: Xid 31"]
+    row = fleet.row_for("a", report("a", healthy=False, failures=failures))
+    assert row["state"] == "unhealthy"
+    assert row["reason"] == "smoke: request 3: HTTP 500; kernel log: 1 new Xid line: NVRM: Xid 31"
+    long = fleet.row_for("b", None, {"state": "staging-failed", "reason": "x " * 200})
+    assert len(long["reason"]) == fleet.REASON_CHARS and long["reason"].endswith("...")
+    assert "\n" not in long["reason"]
+    assert (long["release"], long["patch"], long["xid_count"]) == (None, "unknown", None)
+    rolled = fleet.row_for("c", report("c", healthy=False, failures=["a"]),
+                           {"state": "rolled-back", "reason": "speed -30% at c=1"})
+    assert rolled["reason"] == "speed -30% at c=1"  # the rollout's reason first
+
+
+def test_row_for_without_state_or_report():
+    assert fleet.row_for("a", report("a"))["state"] == "healthy"
+    assert fleet.row_for("a", None, None)["state"] == "no-report"
+    assert fleet.row_for("a", report("a", patch_status=None))["patch"] == "patched"  # from
+    # patch_report.status when the report has no patch_status
+
+
+def rows(*specs):
+    """Rows from (host, state, patch status) triples."""
+    return [fleet.row_for(h, report(h, patch=p), {"state": s}) for h, s, p in specs]
+
+
+def test_footer_patch_droppable_when_every_reachable_rig_is_upstream_fixed():
+    result = fleet.footer(rows(("a", "updated", "upstream-fixed"),
+                               ("b", "unchanged", "upstream-fixed"),
+                               ("c", "unreachable", "patched")))
+    assert result["states"] == {"updated": 1, "unchanged": 1, "unreachable": 1}
+    assert result["patch_droppable"] is True
+    assert result["lines"][0] == "3 rigs: 1 updated, 1 unchanged, 1 unreachable"
+    assert result["lines"][1] == ("Every reachable rig reports upstream-fixed: the patch can be "
+                                  "dropped fleet-wide (1 unreachable rig not counted).")
+
+
+def test_footer_names_the_rigs_that_still_need_the_patch():
+    result = fleet.footer(rows(("a", "updated", "upstream-fixed"),
+                               ("b", "not-reached", "already-patched"),
+                               ("c", "failed", "unpatched")))
+    assert result["patch_droppable"] is False
+    assert result["patch_holding"] == ["b", "c"]
+    assert result["lines"][1] == ("The patch stays: 2 of 3 reachable rigs do not report "
+                                  "upstream-fixed (b patched, c pinned).")
+    assert result["pinned"] == ["c"]
+    assert "vllm#40756" in result["lines"][2]
+
+
+def test_footer_of_no_reachable_rig_drops_nothing():
+    result = fleet.footer(rows(("a", "unreachable", "upstream-fixed")))
+    assert result["patch_droppable"] is False
+    assert fleet.footer([])["lines"] == ["0 rigs: none"]
+
+
+def test_markdown_has_one_row_per_rig_and_escapes_cells():
+    data = fleet.build_fleet({"a": report("a", image="img|odd")},
+                             {"a": {"state": "updated", "speed": SPEED_NOW,
+                                    "previous_speed": SPEED_BEFORE},
+                              "b": {"state": "unreachable", "reason": "ssh: timed out"}},
+                             "2026-11-30T00:00:00Z")
+    text = fleet.render_markdown(data)
+    lines = text.splitlines()
+    table = [ln for ln in lines if ln.startswith("| ")]
+    assert len(table) == 3  # header + 2 rigs
+    assert "img\\|odd" in table[1]
+    assert "41.0 (was 50.0, -18.0%)" in table[1]
+    assert table[2].startswith("| b | unreachable |")
+    assert table[2].endswith("| ssh: timed out |")
+    assert lines[-1] == data["footer"]["lines"][-1]
+
+
+# --- CLI ---------------------------------------------------------------------------------------
+
+def run(capsys, *argv):
+    code = fleet.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_merges_pulled_reports_and_writes_json_and_md(tmp_path, capsys):
+    reports = write_reports(tmp_path / "reports",
+                            report("rig1", "2026-11-30T00:00:00", patch="upstream-fixed"),
+                            report("rig2", "2026-11-30T00:10:00", patch="upstream-fixed"))
+    (reports / "fleet-20261129T000000Z.json").write_text('{"rows": []}')  # an earlier output
+    (reports / "notes.json").write_text('{"not": "a report"}')
+    pulled = write_reports(tmp_path / "pulled",
+                           report("rig1", "2026-11-30T00:20:00Z", patch="upstream-fixed",
+                                  release="rel-pulled"),
+                           report("rig2", "2026-11-30T00:05:00", release="rel-stale"),
+                           report("rig3", "2026-11-30T00:20:00", patch="upstream-fixed"))
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"rig1": {"state": "updated", "speed": SPEED_NOW},
+                                 "rig2": {"state": "unchanged"},
+                                 "rig4": {"state": "unreachable", "reason": "no answer"}}))
+    code, out, err = run(capsys, "--reports", reports, "--pulled", pulled, "--state", state,
+                         "--out", tmp_path / "out", "--print")
+    assert code == 0
+    [json_path] = list((tmp_path / "out").glob("fleet-*.json"))
+    [md_path] = list((tmp_path / "out").glob("fleet-*.md"))
+    assert json_path.stem == md_path.stem
+    data = json.loads(json_path.read_text())
+    by_host = {r["host"]: r for r in data["rows"]}
+    assert list(by_host) == ["rig1", "rig2", "rig3", "rig4"]
+    assert (by_host["rig1"]["release"], by_host["rig1"]["report_from"]) == ("rel-pulled", "pulled")
+    assert (by_host["rig2"]["release"], by_host["rig2"]["report_from"]) == ("rel-rig2", "reports")
+    assert by_host["rig3"]["state"] == "healthy"  # pulled only, no rollout state
+    assert by_host["rig4"]["reason"] == "no answer"
+    assert data["footer"]["patch_droppable"] is True
+    assert out == md_path.read_text()
+    assert "the patch can be dropped fleet-wide" in out
+    assert "notes.json skipped (not a rig report: no host)" in err
+    assert str(json_path) in err
+
+
+def test_cli_without_print_prints_nothing_and_an_unreadable_report_is_a_row(tmp_path, capsys):
+    reports = write_reports(tmp_path / "reports", report("rig1"))
+    (reports / "rig2.json").write_text('{"host": "rig2", "checked')
+    code, out, _ = run(capsys, "--reports", reports, "--out", tmp_path / "out")
+    assert (code, out) == (0, "")
+    data = json.loads(next((tmp_path / "out").glob("fleet-*.json")).read_text())
+    rig2 = data["rows"][1]
+    assert (rig2["host"], rig2["state"]) == ("rig2", "no-report")
+    assert rig2["reason"] == "report rig2.json unreadable: JSONDecodeError"
+
+
+@pytest.mark.parametrize("state_text, message", [
+    ('["rig1"]', "expected {host: {state, ...}}"),
+    ('{"rig1": "updated"}', "rig1: expected an object"),
+    ('{"rig1": {"state": "done"}}', "unknown state 'done'"),
+    ("{broken", "not JSON"),
+])
+def test_cli_bad_state_exits_2(tmp_path, capsys, state_text, message):
+    reports = write_reports(tmp_path / "reports", report("rig1"))
+    state = tmp_path / "state.json"
+    state.write_text(state_text)
+    code, out, err = run(capsys, "--reports", reports, "--state", state, "--out", tmp_path / "o")
+    assert code == 2
+    assert message in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["--reports", "{tmp}/missing", "--out", "{tmp}/o"],
+    ["--reports", "{tmp}", "--pulled", "{tmp}/file", "--out", "{tmp}/o"],
+    ["--reports", "{tmp}", "--state", "{tmp}/missing.json", "--out", "{tmp}/o"],
+    ["--reports", "{tmp}", "--state-dir", "{tmp}/missing", "--out", "{tmp}/o"],
+    ["--reports", "{tmp}", "--state", "{tmp}/file", "--state-dir", "{tmp}", "--out", "{tmp}/o"],
+    ["--reports", "{tmp}"],
+])
+def test_cli_bad_input_exits_2(tmp_path, capsys, argv):
+    (tmp_path / "file").write_text("{}")
+    code, out, _ = run(capsys, *[a.format(tmp=tmp_path) for a in argv])
+    assert (code, out) == (2, "")
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_unwritable_out_exits_1(tmp_path, capsys):
+    reports = write_reports(tmp_path / "reports", report("rig1"))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = run(capsys, "--reports", reports, "--out", blocker / "out")
+    assert code == 1
+    assert "fleet_report: error:" in err
+
+
+def test_state_file_inside_the_reports_folder_is_not_a_report(tmp_path, capsys):
+    reports = write_reports(tmp_path / "reports", report("rig1"))
+    state = reports / "rollout-state.json"
+    state.write_text(json.dumps({"host": {"state": "updated"}}))  # a rig named "host"
+    code, _, err = run(capsys, "--reports", reports, "--state", state, "--out", tmp_path / "o")
+    assert code == 0
+    data = json.loads(next((tmp_path / "o").glob("fleet-*.json")).read_text())
+    assert [r["host"] for r in data["rows"]] == ["host", "rig1"]
+    assert "rollout-state.json" not in err
+
+
+def test_cli_reads_a_state_folder_and_a_pulled_folder_not_there_yet(tmp_path, capsys):
+    """As playbooks/tasks/rollout_report.yml runs it: one state file per rig, pulled/ absent."""
+    reports = write_reports(tmp_path / "reports",
+                            report("rig1", smoke={"ok": True, "speed": SPEED_NOW}),
+                            report("rig2", healthy=False, failures=["health: HTTP 503"]))
+    states = tmp_path / "reports" / "rollout-state"
+    states.mkdir()
+    (states / "rig1.json").write_text(json.dumps(
+        {"host": "rig1", "state": "updated", "reason": "", "release": "rel-rig1",
+         "previous_release": "rel-0", "previous_speed": SPEED_BEFORE, "history": []}))
+    (states / "rig2.json").write_text(json.dumps(
+        {"host": "rig2", "state": "rolled-back", "reason": "", "previous_speed": {}}))
+    (states / "other-name.json").write_text(json.dumps({"state": "unreachable",
+                                                         "reason": "UNREACHABLE"}))
+    code, out, err = run(capsys, "--reports", reports, "--pulled", reports / "pulled",
+                         "--state-dir", states, "--out", reports, "--print")
+    assert code == 0
+    assert "pulled: " in err and "does not exist (yet)" in err
+    data = json.loads(next(reports.glob("fleet-*.json")).read_text())
+    by_host = {r["host"]: r for r in data["rows"]}
+    assert list(by_host) == ["other-name", "rig1", "rig2"]
+    assert (by_host["rig1"]["tokens_per_s_c1"], by_host["rig1"]["previous_tokens_per_s_c1"]) == (
+        41.0, 50.0)
+    assert by_host["rig2"]["reason"] == "health: HTTP 503"  # no reason recorded: the report's
+    assert by_host["other-name"]["state"] == "unreachable"
+    assert data["footer"]["states"] == {"updated": 1, "rolled-back": 1, "unreachable": 1}
+    assert "| rig1 | updated | rel-rig1 |" in out
+    # a second run reads its own first output in --reports and skips it
+    code, _, err = run(capsys, "--reports", reports, "--state-dir", states, "--out", reports)
+    assert code == 0
+    assert "skipped" not in err and "unreadable" not in err
+
+
+def test_state_folder_with_a_bad_state_exits_2(tmp_path, capsys):
+    states = tmp_path / "states"
+    states.mkdir()
+    (states / "rig1.json").write_text(json.dumps({"state": "exploded"}))
+    reports = write_reports(tmp_path / "reports", report("rig1"))
+    code, _, err = run(capsys, "--reports", reports, "--state-dir", states, "--out", tmp_path)
+    assert code == 2
+    assert "unknown state 'exploded'" in err

@@ -21,6 +21,8 @@ Inputs
                  report says.
   --state-dir DIR  the same state as one file per rig, DIR/<host>.json holding that rig's object
                  (its "host" key, else the file name, names the rig).
+                 With a state, only the rigs in it are taken from --reports (the folder keeps
+                 reports of rigs no longer rolled out to); --pulled rigs are all kept.
 
 Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rows",
 "footer"}) and .md (a table and its footer), written whole (no half-written file); their paths
@@ -426,6 +428,10 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT
     for note in notes:
         sys.stderr.write(f"fleet_report: {note}\n")
+    if state:
+        # A rollout's report shows the rigs it rolled out to and the pulled rigs' uploads, not
+        # every report ever left in the folder (rigs gone from the inventory, other inventories).
+        sources[0] = {host: report for host, report in sources[0].items() if host in state}
     try:
         fleet = build_fleet(merge_reports(*sources), state,
                             now.isoformat(timespec="seconds").replace("+00:00", "Z"),

@@ -274,7 +274,8 @@ def test_state_file_inside_the_reports_folder_is_not_a_report(tmp_path, capsys):
     code, _, err = run(capsys, "--reports", reports, "--state", state, "--out", tmp_path / "o")
     assert code == 0
     data = json.loads(next((tmp_path / "o").glob("fleet-*.json")).read_text())
-    assert [r["host"] for r in data["rows"]] == ["host", "rig1"]
+    # rig1 is in no rollout state, so its pushed report is left out: one row, the state's rig.
+    assert [r["host"] for r in data["rows"]] == ["host"]
     assert "rollout-state.json" not in err
 
 
@@ -319,3 +320,24 @@ def test_state_folder_with_a_bad_state_exits_2(tmp_path, capsys):
     code, _, err = run(capsys, "--reports", reports, "--state-dir", states, "--out", tmp_path)
     assert code == 2
     assert "unknown state 'exploded'" in err
+
+
+def test_with_a_rollout_state_pushed_reports_of_other_hosts_are_left_out(tmp_path):
+    # reports/ keeps reports of rigs no longer in the inventory (and of simulated rigs); a
+    # rollout's fleet report shows the rigs it rolled out to, plus the pulled rigs' uploads.
+    reports, pulled, states, out = (tmp_path / d for d in ("reports", "pulled", "state", "out"))
+    for folder in (reports, pulled, states, out):
+        folder.mkdir()
+    for host in ("rig-a", "old-rig"):
+        (reports / f"{host}.json").write_text(json.dumps(
+            {"host": host, "release": "r1", "healthy": True,
+             "checked_at": "2026-11-30T00:00:00Z"}))
+    (pulled / "nat-rig.json").write_text(json.dumps(
+        {"host": "nat-rig", "release": "r2", "healthy": True,
+         "checked_at": "2026-11-30T00:00:00Z"}))
+    (states / "rig-a.json").write_text(json.dumps({"host": "rig-a", "state": "updated"}))
+    assert fleet.main(["--reports", str(reports), "--pulled", str(pulled),
+                              "--state-dir", str(states), "--out", str(out)]) == 0
+    [written] = list(out.glob("fleet-*.json"))
+    hosts = [row["host"] for row in json.loads(written.read_text())["rows"]]
+    assert hosts == ["nat-rig", "rig-a"]

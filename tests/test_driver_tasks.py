@@ -513,3 +513,54 @@ def test_secure_boot_on_lets_ubuntus_signed_modules_through(tmp_path):
         },
     )
     assert result.returncode == 0, out
+
+
+# --- preflight's stop for serving stages on a host without a usable driver ----------------------
+
+
+def driver_stop_task():
+    tasks = [t for t in role_tasks("preflight.yml") if "driver is not loaded" in t["name"]]
+    assert len(tasks) == 1, [t["name"] for t in role_tasks("preflight.yml")]
+    return tasks
+
+
+DRIVER_STOP_VARS = {
+    "vllm_dual_fast_driver_min_version": "575",
+    "vllm_dual_fast_driver_loaded": False,
+    "vllm_dual_fast_driver_satisfied": False,
+}
+
+
+@pytest.mark.parametrize("stage", ["model", "deploy", "verify"])
+def test_serving_stages_stop_in_preflight_when_no_driver_is_loaded(tmp_path, stage):
+    result, out = run_playbook(
+        tmp_path,
+        play(driver_stop_task()),
+        {**DRIVER_STOP_VARS, "vllm_dual_fast_stages": ["preflight", stage]},
+    )
+    assert result.returncode != 0, out
+    assert "The NVIDIA driver on localhost is not loaded" in out, out
+
+
+def test_a_loaded_but_old_driver_is_named_as_older_than_the_minimum(tmp_path):
+    result, out = run_playbook(
+        tmp_path,
+        play(driver_stop_task()),
+        {
+            **DRIVER_STOP_VARS,
+            "vllm_dual_fast_driver_loaded": True,
+            "vllm_dual_fast_stages": ["deploy"],
+        },
+    )
+    assert result.returncode != 0, out
+    assert "is older than 575" in out, out
+
+
+def test_provisioning_stages_go_on_without_a_driver(tmp_path):
+    # The driver stage is what installs it: preflight must not stop the run that would fix it.
+    result, out = run_playbook(
+        tmp_path,
+        play(driver_stop_task()),
+        {**DRIVER_STOP_VARS, "vllm_dual_fast_stages": ["preflight", "driver", "container_stack"]},
+    )
+    assert result.returncode == 0, out

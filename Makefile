@@ -10,8 +10,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-# `fleet` (the fleet rollout) runs alone for now: make molecule SCENARIOS=fleet
-SCENARIOS ?= default existing deploy driver
+SCENARIOS ?= default existing deploy fleet driver
 
 .PHONY: setup venv engine images lint pytest molecule test demo demo-clean
 

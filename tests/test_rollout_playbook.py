@@ -1,0 +1,119 @@
+"""playbooks/rollout.yml's grouping of staged rigs and its canary and batch plays, run by
+ansible-playbook over local stand-in hosts: the task and the plays' host patterns are taken from
+the playbook unchanged. The canary must be the first staged rig in inventory order, and a rig
+whose staging failed must be in no batch. (The group_by this replaced ordered rigs as their
+results came back from the forks: the fleet scenario once got rig 2 as its canary. That order
+cannot be forced here, so these tests pin the order the playbook promises instead.)"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).parents[1]
+ROLLOUT = yaml.safe_load((ROOT / "playbooks/rollout.yml").read_text())
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+RIGS = ["rig-1", "rig-2", "rig-3", "rig-4"]
+
+
+def rollout_play(name_part):
+    plays = [p for p in ROLLOUT if name_part in p["name"]]
+    assert len(plays) == 1, [p["name"] for p in ROLLOUT]
+    return plays[0]
+
+
+def grouping_task():
+    tasks = [t for t in rollout_play("Stage")["tasks"] if "Group the staged rigs" in t["name"]]
+    assert len(tasks) == 1, [t["name"] for t in rollout_play("Stage")["tasks"]]
+    return tasks[0]
+
+
+def run(tmp_path, staged, extra_vars=None):
+    """The rigs in `staged` stage, the others fail staging; returns the canary play's and each
+    batch's rigs."""
+    inventory = {"rig3090": {"hosts": {rig: {"ansible_connection": "local"} for rig in RIGS}}}
+    stage = {
+        "name": "Stage",
+        "hosts": "rig3090",
+        "gather_facts": False,
+        "tasks": [
+            {
+                "name": "Staged",
+                "ansible.builtin.set_fact": {"_vdf_staged": True},
+                "when": "inventory_hostname in " + json.dumps(staged),
+            },
+            grouping_task(),
+        ],
+    }
+    canary, batches = rollout_play("canary"), rollout_play("batches")
+    said = {
+        "name": "Say",
+        "ansible.builtin.debug": {"msg": "{{ _who }} {{ ansible_play_batch | join(',') }}"},
+    }
+    plays = [
+        stage,
+        {
+            "name": "Canary",
+            "hosts": canary["hosts"],
+            "gather_facts": False,
+            "tasks": [dict(said, vars={"_who": "CANARY"})],
+        },
+        {
+            "name": "Batches",
+            "hosts": batches["hosts"],
+            "gather_facts": False,
+            "serial": batches["serial"],
+            "tasks": [dict(said, vars={"_who": "BATCH"})],
+        },
+    ]
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(plays, sort_keys=False))
+    result = subprocess.run(
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            str(tmp_path / "inventory.yml"),
+            str(tmp_path / "play.yml"),
+            "-f",
+            "4",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            json.dumps(extra_vars or {}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+        env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp")),
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    said = re.findall(r'"msg": "(CANARY|BATCH) ([^"]*)"', out)
+    canaries = sorted({who_batch for who, who_batch in said if who == "CANARY"})
+    batch_list = []
+    for who, rigs in said:
+        if who == "BATCH" and rigs not in batch_list:
+            batch_list.append(rigs)
+    return canaries, batch_list
+
+
+def test_the_canary_is_the_first_staged_rig_in_inventory_order(tmp_path):
+    canaries, batches = run(tmp_path, ["rig-1", "rig-3", "rig-4"])
+    assert canaries == ["rig-1"]
+    assert batches == ["rig-3", "rig-4"]  # default batches [1, "25%", "100%"]; rig-2 never staged
+
+
+def test_two_canaries_then_the_rest_in_one_batch(tmp_path):
+    canaries, batches = run(
+        tmp_path,
+        ["rig-2", "rig-3", "rig-4"],
+        {"vdf_rollout_canary": 2, "vdf_rollout_batches": ["100%"]},
+    )
+    assert canaries == ["rig-2,rig-3"]
+    assert batches == ["rig-4"]

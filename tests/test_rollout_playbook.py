@@ -6,16 +6,13 @@ results came back from the forks: the fleet scenario once got rig 2 as its canar
 cannot be forced here, so these tests pin the order the playbook promises instead.)"""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from ansible_runner import run_playbook
 
 ROOT = Path(__file__).parents[1]
 ROLLOUT = yaml.safe_load((ROOT / "playbooks/rollout.yml").read_text())
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 RIGS = ["rig-1", "rig-2", "rig-3", "rig-4"]
 
 
@@ -81,33 +78,13 @@ def run(tmp_path, staged, extra_vars=None):
         },
     ]
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(plays, sort_keys=False))
-    result = subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            "-i",
-            str(tmp_path / "inventory.yml"),
-            str(tmp_path / "play.yml"),
-            "-f",
-            "4",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-e",
-            json.dumps(extra_vars or {}),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-        env=dict(
-            os.environ,
-            ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-            ANSIBLE_NOCOLOR="1",
-            ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-        ),
+    result, out = run_playbook(
+        tmp_path,
+        plays,
+        extra_vars,
+        args=("-f", "4"),
+        inventory=("-i", str(tmp_path / "inventory.yml")),
     )
-    out = result.stdout + result.stderr
     assert result.returncode == 0, out
     return [
         log.read_text().splitlines() if log.exists() else [] for log in (canary_log, batches_log)

@@ -1,0 +1,49 @@
+"""Runs a list of plays with this virtualenv's ansible-playbook, the project's ansible.cfg and the
+role's filter plugins, from a temporary folder; by default on localhost over the local
+connection (task tests of the role's files and playbooks, without a rig)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).parents[1]
+ROLE = ROOT / "roles/vllm_dual_fast"
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+LOCALHOST = ("-i", "localhost,", "-c", "local")
+
+
+def run_playbook(tmp_path, plays, extra_vars=None, env=None, args=(), inventory=LOCALHOST):
+    playbook = tmp_path / f"play-{len(list(tmp_path.glob('play-*.yml')))}.yml"
+    playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
+    full_env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_FILTER_PLUGINS=str(ROLE / "filter_plugins"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        **(env or {}),
+    )
+    result = subprocess.run(
+        [
+            str(ANSIBLE_PLAYBOOK),
+            *inventory,
+            str(playbook),
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            json.dumps(extra_vars or {}),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    return result, result.stdout + result.stderr

@@ -1,6 +1,6 @@
-"""Runs a list of plays with this virtualenv's ansible-playbook, the project's ansible.cfg and the
-role's filter plugins, from a temporary folder; by default on localhost over the local
-connection (task tests of the role's files and playbooks, without a rig)."""
+"""Runs plays (a list, or a playbook file's path) with this virtualenv's ansible-playbook, the
+project's ansible.cfg, roles and the role's filter plugins, from a temporary folder; by default
+on localhost over the local connection (tests of the role's files and playbooks, without a rig)."""
 
 import json
 import os
@@ -17,11 +17,15 @@ LOCALHOST = ("-i", "localhost,", "-c", "local")
 
 
 def run_playbook(tmp_path, plays, extra_vars=None, env=None, args=(), inventory=LOCALHOST):
-    playbook = tmp_path / f"play-{len(list(tmp_path.glob('play-*.yml')))}.yml"
-    playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
+    if isinstance(plays, Path):
+        playbook = plays
+    else:
+        playbook = tmp_path / f"play-{len(list(tmp_path.glob('play-*.yml')))}.yml"
+        playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
     full_env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
         ANSIBLE_FILTER_PLUGINS=str(ROLE / "filter_plugins"),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_FORCE_COLOR="0",

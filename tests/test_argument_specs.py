@@ -1,31 +1,17 @@
 """A wrong variable fails at argument_specs validation, names the variable, and changes nothing."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from ansible_runner import run_playbook
 
 ROOT = Path(__file__).parents[1]
 PLAYBOOK = ROOT / "molecule/shared/converge_provision.yml"
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
 
-def run_role(extra_vars):
-    env = dict(
-        os.environ,
-        ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-    )
-    return subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(PLAYBOOK),
-         "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(extra_vars)],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )
+def run_role(tmp_path, extra_vars):
+    result, _ = run_playbook(tmp_path, PLAYBOOK, extra_vars)
+    return result
 
 
 @pytest.mark.parametrize(
@@ -40,8 +26,8 @@ def run_role(extra_vars):
         ({"vllm_dual_fast_max_num_seqs": "many"}, "vllm_dual_fast_max_num_seqs"),
     ],
 )
-def test_bad_variable_fails_at_validation_and_changes_nothing(extra_vars, named):
-    result = run_role(extra_vars)
+def test_bad_variable_fails_at_validation_and_changes_nothing(tmp_path, extra_vars, named):
+    result = run_role(tmp_path, extra_vars)
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
     assert named in out, out

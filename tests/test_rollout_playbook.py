@@ -105,3 +105,84 @@ def test_two_canaries_then_the_rest_in_one_batch(tmp_path):
     )
     assert canary == ["rig-2,rig-3"]
     assert batches == ["rig-4"]
+
+
+# --- the canary's gates in the role's health check ----------------------------------------------
+
+
+def serving_facts_task():
+    health = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/health.yml").read_text())
+    tasks = [t for t in health if t["name"] == "Know how the serving release was deployed"]
+    assert len(tasks) == 1, [t["name"] for t in health]
+    return tasks[0]
+
+
+def gates_on(tmp_path, **facts):
+    report = tmp_path / "gates.json"
+    plays = [
+        {
+            "name": "Health facts under test",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                serving_facts_task(),
+                {
+                    "name": "Write the gates",
+                    "ansible.builtin.copy": {
+                        "content": "{{ _vllm_dual_fast_serving.gates | bool | to_json }}",
+                        "dest": str(report),
+                        "mode": "0644",
+                    },
+                },
+            ],
+        }
+    ]
+    result, out = run_playbook(
+        tmp_path,
+        plays,
+        {"vllm_dual_fast_image": "img", "vllm_dual_fast_patch_enabled": True, **facts},
+    )
+    assert result.returncode == 0, out
+    return json.loads(report.read_text())
+
+
+def test_gates_run_on_a_new_release_of_the_canary_only(tmp_path):
+    assert (
+        gates_on(tmp_path, vllm_dual_fast_canary=True, _vllm_dual_fast_release_is_new=True) is True
+    )
+    assert (
+        gates_on(tmp_path, vllm_dual_fast_canary=False, _vllm_dual_fast_release_is_new=True)
+        is False
+    )
+
+
+def test_an_unchanged_release_on_the_canary_is_not_gated(tmp_path):
+    # A failed gate on the release that already serves has nothing to go back to: rollback.yml
+    # would stop the container and leave the rig serving nothing over a noisy speed figure.
+    assert (
+        gates_on(tmp_path, vllm_dual_fast_canary=True, _vllm_dual_fast_release_is_new=False)
+        is False
+    )
+    assert gates_on(tmp_path, vllm_dual_fast_canary=True) is False  # verify stage: no switch at all
+
+
+def test_a_rollback_is_not_gated(tmp_path):
+    assert (
+        gates_on(
+            tmp_path,
+            vllm_dual_fast_canary=True,
+            _vllm_dual_fast_release_is_new=True,
+            _vllm_dual_fast_rollback_image="old",
+        )
+        is False
+    )
+
+
+def test_a_rollout_without_a_canary_is_refused_before_anything_runs(tmp_path):
+    tasks = [t for t in rollout_play("answer")["tasks"] if "without a canary" in t["name"]]
+    assert len(tasks) == 1, [t["name"] for t in rollout_play("answer")["tasks"]]
+    play = [{"name": "Canary check", "hosts": "localhost", "gather_facts": False, "tasks": tasks}]
+    refused, out = run_playbook(tmp_path, play, {"vdf_rollout_canary": 0})
+    assert refused.returncode != 0 and "vdf_rollout_canary is 0" in out, out
+    accepted, out = run_playbook(tmp_path, play, {"vdf_rollout_canary": 1})
+    assert accepted.returncode == 0, out

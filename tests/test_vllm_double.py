@@ -17,6 +17,7 @@ from vllm_double_fixtures import (
     DOUBLE_IMAGE,
     DOUBLE_SRC,
     MTP,
+    ROOT,
     double_env,
     double_factory,
     http,
@@ -595,6 +596,14 @@ def test_quantization_list_follows_the_layout(src_0_33, tmp_path):
         outputs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                                       text=True, timeout=30, check=True).stdout.split())
     assert outputs == [["31", "True", "True"], ["30", "False", "True"]]
+    code = ("import json; "
+            "from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS as q; "
+            "print(json.dumps(list(q)))")
+    for version, src in (("0.27.1", DOUBLE_SRC), ("0.33.0", src_0_33)):
+        env = double_env(tmp_path, PYTHONPATH=str(src))
+        listed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                text=True, timeout=30, check=True).stdout
+        assert json.loads(listed) == REAL_VLLM[version]["quantization_methods"], version
 
 
 def tree(root):
@@ -699,20 +708,13 @@ def test_rig_knobs_of_one_version_apply_only_to_that_version(monkeypatch):
 
 # --- serve flags against the real parsers (bench/results/vllm-parsers.{json,md}) ----------------
 
-# vllm.config.cache.CacheDType of vLLM 0.27.1 and 0.33.0, in order (read from the real releases
-# by bench/vllm_parsers/probe.py). 0.27.1's parser offers exactly these as --kv-cache-dtype
+# What the real releases hold, as bench/vllm_parsers/probe.py read it from them: the double is
+# checked against the measurement, not against a copy of its own lists.
+REAL_VLLM = json.loads((ROOT / "bench/results/vllm-parsers.json").read_text())["targets"]
+# vllm.config.cache.CacheDType, in order. 0.27.1's parser offers exactly these as --kv-cache-dtype
 # choices; 0.33.0's parser takes any string and CacheConfig refuses one not listed.
-VLLM_0_27_1_CACHE_DTYPES = [
-    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
-    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-    "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4",
-]
-VLLM_0_33_0_CACHE_DTYPES = [
-    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
-    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
-    "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit",
-    "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
-]
+VLLM_0_27_1_CACHE_DTYPES = REAL_VLLM["0.27.1"]["kv_cache_dtype_at_config"]["CacheDType"]
+VLLM_0_33_0_CACHE_DTYPES = REAL_VLLM["0.33.0"]["kv_cache_dtype_at_config"]["CacheDType"]
 # vLLM 0.33.0's FlexibleArgumentParser turns every BooleanOptionalAction into EnableDisableAction:
 # --enable-X gains --disable-X and the reverse (--no-... still parses). 0.27.1 has neither.
 VLLM_0_33_0_INVERSES = [

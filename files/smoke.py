@@ -3,7 +3,7 @@
 
     python3 smoke.py --base-url http://127.0.0.1:8000 --model NAME [--api-key-file F]
                      [--concurrency 4] [--health-timeout 600] [--max-tokens 64] [--json]
-                     [--speed [--speed-max-tokens 256] [--speed-rounds 2]]
+                     [--speed [--speed-max-tokens 256] [--speed-rounds 2]] [--soak-s 0]
 
 1. waits for GET /health to answer 200 (up to --health-timeout seconds);
 2. checks GET /v1/models lists NAME;
@@ -556,9 +556,14 @@ def main(argv=None) -> int:
         parser.print_usage(sys.stderr)
         sys.stderr.write("smoke: --concurrency and --max-tokens must be >= 1\n")
         return EXIT_USAGE
-    if args.speed_max_tokens < 2 or args.speed_rounds < 1 or args.soak_s < 0:
+    bad = [f"smoke: {flag} must be {bound}\n" for flag, wrong, bound in (
+        ("--speed-max-tokens", args.speed_max_tokens < 2, ">= 2"),
+        ("--speed-rounds", args.speed_rounds < 1, ">= 1"),
+        ("--soak-s", args.soak_s < 0, ">= 0"),
+    ) if wrong]
+    if bad:
         parser.print_usage(sys.stderr)
-        sys.stderr.write("smoke: --speed-max-tokens must be >= 2 and --speed-rounds >= 1\n")
+        sys.stderr.write("".join(bad))
         return EXIT_USAGE
     try:
         key = read_key(args.api_key_file)

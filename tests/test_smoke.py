@@ -374,14 +374,17 @@ def test_speed_helpers():
     assert smoke.stream_figures(10.0, [10.5, 10.5])["tokens_per_s"] is None
 
 
-@pytest.mark.parametrize("args", [
-    ["--speed-max-tokens", "1"],
-    ["--speed-rounds", "0"],
+@pytest.mark.parametrize(("args", "named"), [
+    (["--speed-max-tokens", "1"], "--speed-max-tokens"),
+    (["--speed-rounds", "0"], "--speed-rounds"),
+    (["--soak-s", "-1"], "--soak-s"),
 ])
-def test_bad_speed_usage_exits_2(capsys, args):
+def test_bad_speed_usage_exits_2(capsys, args, named):
     assert smoke.main(["--base-url", "http://127.0.0.1:1", "--model", "m", "--speed",
                        *args]) == 2
-    assert capsys.readouterr().out == ""
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"smoke: {named} must be" in captured.err
 
 
 def test_soak_holds_the_concurrency_for_its_time_without_a_failure(double, capsys):

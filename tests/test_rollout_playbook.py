@@ -186,3 +186,5 @@ def test_a_rollout_without_a_canary_is_refused_before_anything_runs(tmp_path):
     assert refused.returncode != 0 and "vdf_rollout_canary is 0" in out, out
     accepted, out = run_playbook(tmp_path, play, {"vdf_rollout_canary": 1})
     assert accepted.returncode == 0, out
+    by_default, out = run_playbook(tmp_path, play)  # no variable: one canary
+    assert by_default.returncode == 0, out

@@ -10,7 +10,8 @@ Inputs
                  failures, smoke, kernel_xid_lines, patch_status, patch_report, checked_at, ...).
                  Top-level *.json only; this tool's own fleet-*.json and JSON objects without a
                  "host" key are skipped; a file that is not JSON becomes a row saying so.
-  --pulled DIR   the same reports as uploaded by rigs that pull (same shape); a folder that does
+  --pulled DIR   the same reports as uploaded by rigs that pull (same shape, plus "pull": {ref,
+                 commit, rc, at} of the run that uploaded it); a folder that does
                  not exist yet counts as empty. Per host the report with the newest checked_at
                  wins (ISO 8601; no offset counts as UTC; on a tie or an unreadable time,
                  --reports).
@@ -18,7 +19,7 @@ Inputs
                  speed, vllm_version, flashinfer_version}}, every key optional (others are
                  ignored); state is one of STATES. A rig in the state but without a report still
                  gets its row; a rig with a report but no state is "healthy" or "unhealthy" as its
-                 report says.
+                 report says, or "pull-failed" when the pull run that uploaded it failed.
   --state-dir DIR  the same state as one file per rig, DIR/<host>.json holding that rig's object
                  (its "host" key, else the file name, names the rig).
                  With a state, only the rigs in it are taken from --reports (the folder keeps
@@ -52,7 +53,7 @@ EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT = 0, 1, 2
 STATES = ("updated", "unchanged", "rolled-back", "failed", "not-reached", "unreachable",
           "staging-failed")
 # Without a rollout state: what the rig's own report says.
-DERIVED_STATES = ("healthy", "unhealthy", "no-report")
+DERIVED_STATES = ("healthy", "unhealthy", "no-report", "pull-failed")
 PATCH_CLASSES = {"patched": "patched", "already-patched": "patched",
                  "upstream-fixed": "upstream-fixed", "unpatched": "pinned"}
 REASON_CHARS = 160
@@ -168,12 +169,26 @@ def _healthy(report):
     return value if isinstance(value, bool) else None
 
 
+def _pull(report) -> dict:
+    """The pull run's tag on an uploaded report ({ref, commit, rc, at}; empty when pushed)."""
+    pull = report.get("pull") if report else None
+    return pull if isinstance(pull, dict) else {}
+
+
+def _pull_failed(report) -> bool:
+    rc = _pull(report).get("rc")
+    return isinstance(rc, int) and not isinstance(rc, bool) and rc != 0
+
+
 def state_of(report, state) -> str:
-    """The rig's state: the rollout's when it has one, else from its report."""
+    """The rig's state: the rollout's when it has one, else from its report (a pulled rig whose
+    last run failed has rolled back, or never switched: its report is the release before)."""
     if isinstance(state, dict) and state.get("state"):
         return state["state"]
     if not report or report.get("_unreadable"):
         return "no-report"
+    if _pull_failed(report):
+        return "pull-failed"
     return "unhealthy" if _healthy(report) is False else "healthy"
 
 
@@ -195,6 +210,10 @@ def row_for(host: str, report=None, state=None) -> dict:
     reason = _text(state.get("reason"))
     if reason is None and report.get("_unreadable"):
         reason = report["_unreadable"]
+    elif reason is None and _pull_failed(report):
+        pull = _pull(report)
+        reason = (f"pull of {pull.get('ref')} at {str(pull.get('commit'))[:12]} failed "
+                  f"(exit {pull['rc']}); serving {_text(report.get('release')) or 'nothing'}")
     elif reason is None and report and _healthy(report) is False:
         failures = report.get("failures")
         reason = one_line(failures) if failures else "unhealthy (no failure named)"
@@ -218,6 +237,7 @@ def row_for(host: str, report=None, state=None) -> dict:
         "healthy": _healthy(report) if report else None,
         "checked_at": _text(report.get("checked_at")),
         "report_from": report.get("_from"),
+        "pull_commit": _text(_pull(report).get("commit")),
         "reason": one_line(reason) if reason else None,
     }
 

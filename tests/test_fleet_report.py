@@ -181,6 +181,24 @@ def run(capsys, *argv):
     return code, out, err
 
 
+def test_a_pulled_rig_whose_last_run_failed_says_so_with_what_it_still_serves():
+    commit = "ab12" * 10
+    failed = report("a", pull={"ref": "fleet-live", "commit": commit, "rc": 1,
+                               "at": "2026-11-30T01:00:00+00:00"})
+    row = fleet.row_for("a", failed)
+    assert row["state"] == "pull-failed"
+    assert row["pull_commit"] == commit
+    assert row["reason"] == (f"pull of fleet-live at {commit[:12]} failed (exit 1); "
+                             "serving rel-a")
+    applied = fleet.row_for("b", report("b", pull={"ref": "fleet-live", "commit": commit,
+                                                   "rc": 0}))
+    assert (applied["state"], applied["pull_commit"], applied["reason"]) == (
+        "healthy", commit, None)
+    # A rollout's own state still wins over what a rig pulled.
+    assert fleet.row_for("a", failed, {"state": "updated"})["state"] == "updated"
+    assert fleet.footer([row, applied])["states"] == {"healthy": 1, "pull-failed": 1}
+
+
 def test_cli_merges_pulled_reports_and_writes_json_and_md(tmp_path, capsys):
     reports = write_reports(tmp_path / "reports",
                             report("rig1", "2026-11-30T00:00:00", patch="upstream-fixed"),

@@ -94,9 +94,83 @@ def test_race_check_verdicts(rc, mode, verdict):
     assert health.race_check_verdict(rc, mode, "why")[0] == verdict
 
 
-def test_canary_gate_failures_combine_speed_and_race():
-    gates = {"speed_now": {"c1": {"tokens_per_s": 10.0}}, "speed_before": BEFORE,
-             "max_drop_pct": 10, "race_rc": 2, "race_mode": "required", "race_summary": "no GPU"}
-    failures = health.canary_gate_failures(gates)
-    assert len(failures) == 2 and failures[1] == "race check could not run: no GPU"
-    assert health.canary_gate_failures(dict(gates, race_mode="auto", speed_now=BEFORE)) == []
+def previous_report(release, healthy=True, speed=BEFORE):
+    return {"release": release, "healthy": healthy, "smoke": {"speed": speed}}
+
+
+def test_the_baseline_is_the_report_of_the_release_that_served_before():
+    assert health.speed_baseline(previous_report("rel-a"), "rel-a") == (BEFORE, "")
+
+
+@pytest.mark.parametrize(
+    ("report", "previous", "why"),
+    [
+        (previous_report("rel-old"), "rel-a", "(report is for rel-old)"),
+        ({}, "rel-a", "(report is for no release)"),
+        (None, "rel-a", "(report is for no release)"),
+        (previous_report("rel-a", healthy=False), "rel-a", "(its report is unhealthy)"),
+        (previous_report("rel-a", speed={"skipped": "the smoke failed"}), "rel-a",
+         "(its report has no speed figures)"),
+    ],
+)
+def test_no_baseline_but_the_previous_release_s_own_healthy_figures(report, previous, why):
+    # An older release's report, or a failed one's, measured something else than what served.
+    assert health.speed_baseline(report, previous) == (
+        {}, f"no baseline from the previous release rel-a {why}")
+
+
+def test_no_baseline_without_a_previous_release():
+    assert health.speed_baseline(previous_report("rel-a"), "") == (
+        {}, "no baseline: no release served before on this rig")
+
+
+def gate_inputs(**changed):
+    return {"speed_now": {"c1": {"tokens_per_s": 10.0}},
+            "previous_report": previous_report("rel-a"), "previous_release": "rel-a",
+            "max_drop_pct": 10, "race_rc": 2, "race_mode": "required", "race_summary": "no GPU",
+            "soak_s": 5,
+            "soak_run": {"ok": True, "failures": [], "soak": {"requests": 9, "failed": 0}},
+            **changed}
+
+
+def test_canary_gates_combine_speed_race_and_soak():
+    judged = health.canary_gates(gate_inputs())
+    assert len(judged["failures"]) == 2
+    assert judged["failures"][1] == "race check could not run: no GPU"
+    assert judged["gates"] == {
+        "race_check": ["fail", "race check could not run: no GPU"], "soak_s": 5,
+        "soak": {"requests": 9, "failed": 0}, "speed_before": BEFORE,
+        "speed_baseline": "the previous release rel-a",
+        "speed_regressions": judged["failures"][:1]}
+    assert health.canary_gates(gate_inputs(race_mode="auto", speed_now=BEFORE))["failures"] == []
+
+
+def test_a_slower_canary_passes_when_there_is_no_baseline_and_says_so():
+    judged = health.canary_gates(gate_inputs(previous_report=previous_report("rel-old"),
+                                             race_rc=0))
+    assert judged["failures"] == []
+    assert judged["gates"]["speed_before"] == {} and judged["gates"]["speed_regressions"] == []
+    assert judged["gates"]["speed_baseline"] == (
+        "no baseline from the previous release rel-a (report is for rel-old)")
+
+
+def test_a_failed_soak_fails_the_canary():
+    soak_run = {"ok": False, "soak": {"requests": 9, "failed": 1},
+                "failures": ["soak: 1 of 9 requests failed in 5 s: HTTP 500"]}
+    judged = health.canary_gates(gate_inputs(speed_now=BEFORE, race_rc=0, soak_run=soak_run))
+    assert judged["failures"] == [
+        "canary soak failed: soak: 1 of 9 requests failed in 5 s: HTTP 500"]
+    assert judged["gates"]["soak"] == {"requests": 9, "failed": 1}
+
+
+@pytest.mark.parametrize(
+    ("soak_run", "stderr", "failures"),
+    [(None, "", []),    # not run: no soak asked for, or the smoke had already failed
+     ({}, "smoke: cannot read the API key file", [
+         "canary soak failed: smoke: cannot read the API key file"]),
+     ({}, "", ["canary soak failed: no output"])],
+)
+def test_a_soak_that_did_not_run_or_said_nothing(soak_run, stderr, failures):
+    judged = health.canary_gates(gate_inputs(speed_now=BEFORE, race_rc=0, soak_run=soak_run,
+                                             soak_stderr=stderr))
+    assert judged["failures"] == failures and judged["gates"]["soak"] == {}

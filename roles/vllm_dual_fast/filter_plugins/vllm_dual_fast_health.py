@@ -1,5 +1,5 @@
-"""Helpers for the health checks: kernel log windows and the patcher's start line (pure; tested
-in tests/test_health_filters.py)."""
+"""Helpers for the health checks: kernel log windows, the patcher's start line and the canary's
+gates (pure; tested in tests/test_health_filters.py)."""
 
 from datetime import datetime
 
@@ -82,16 +82,56 @@ def race_check_verdict(rc, mode, summary=""):
     return verdict, f"race check could not run: {summary}".strip()
 
 
-def canary_gate_failures(gates):
-    """Failures of the canary's gates (empty: passed). gates: speed_now, speed_before,
-    max_drop_pct, race_rc, race_mode, race_summary."""
-    failures = speed_regressions(gates.get("speed_now"), gates.get("speed_before"),
-                                 gates.get("max_drop_pct", 10))
-    verdict, line = race_check_verdict(gates.get("race_rc"), gates.get("race_mode", "auto"),
-                                       gates.get("race_summary", ""))
-    if verdict == "fail":
-        failures.append(line)
-    return failures
+def speed_baseline(report, previous_release):
+    """The speed the canary is compared with: (speed, "") from the report on the rig when it is
+    the healthy report of the release that served just before the switch, else ({}, why not). An
+    older release's report, or a failed release's, measured something else than what served."""
+    report = report or {}
+    if not previous_release:
+        return {}, "no baseline: no release served before on this rig"
+    no = f"no baseline from the previous release {previous_release}"
+    if report.get("release") != previous_release:
+        return {}, f"{no} (report is for {report.get('release') or 'no release'})"
+    if str(report.get("healthy")).lower() != "true":
+        return {}, f"{no} (its report is unhealthy)"
+    speed = (report.get("smoke") or {}).get("speed") or {}
+    if not (speed.get("c1") or {}).get("tokens_per_s"):
+        return {}, f"{no} (its report has no speed figures)"
+    return speed, ""
+
+
+def _soak_failures(soak_run, stderr):
+    """The soak's smoke.py run: None when it did not run (no soak, or the smoke failed before)."""
+    if soak_run is None or soak_run.get("ok"):
+        return []
+    why = soak_run.get("failures") or [(stderr or "").strip() or "no output"]
+    return ["canary soak failed: " + "; ".join(why)]
+
+
+def canary_gates(inputs):
+    """The canary's gates, judged in one place: {"gates": what the report records, "failures":
+    one line each (empty: passed)}. inputs: speed_now (smoke.py's "speed"), previous_report (the
+    rig's report before the switch), previous_release (the release that served before),
+    max_drop_pct, race_rc, race_mode, race_summary, soak_s, soak_run (the soak's smoke.py JSON,
+    None when it did not run), soak_stderr."""
+    before, no_baseline = speed_baseline(inputs.get("previous_report"),
+                                         inputs.get("previous_release"))
+    regressions = speed_regressions(inputs.get("speed_now"), before,
+                                    inputs.get("max_drop_pct", 10))
+    verdict, line = race_check_verdict(inputs.get("race_rc"), inputs.get("race_mode", "auto"),
+                                       inputs.get("race_summary", ""))
+    soak_run = inputs.get("soak_run")
+    failures = (regressions + ([line] if verdict == "fail" else [])
+                + _soak_failures(soak_run, inputs.get("soak_stderr")))
+    gates = {
+        "race_check": [verdict, line],
+        "soak_s": inputs.get("soak_s"),
+        "soak": (soak_run or {}).get("soak") or {},
+        "speed_before": before,
+        "speed_baseline": no_baseline or f"the previous release {inputs.get('previous_release')}",
+        "speed_regressions": regressions,
+    }
+    return {"gates": gates, "failures": failures}
 
 
 class FilterModule:
@@ -102,5 +142,5 @@ class FilterModule:
             "vllm_dual_fast_patch_at_start": patch_at_start,
             "vllm_dual_fast_speed_regressions": speed_regressions,
             "vllm_dual_fast_race_check_verdict": race_check_verdict,
-            "vllm_dual_fast_canary_gate_failures": canary_gate_failures,
+            "vllm_dual_fast_canary_gates": canary_gates,
         }

@@ -143,4 +143,5 @@ class FilterModule:
             "vllm_dual_fast_speed_regressions": speed_regressions,
             "vllm_dual_fast_race_check_verdict": race_check_verdict,
             "vllm_dual_fast_canary_gates": canary_gates,
+            "vllm_dual_fast_speed_baseline": speed_baseline,
         }

@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Fleet report of a rollout: one row per rig (standard library only, Python 3.9+).
 
-    python3 fleet_report.py --reports DIR [--pulled DIR] [--state FILE | --state-dir DIR]
-                            --out DIR [--print]
+    python3 fleet_report.py --reports DIR [--pulled DIR] [--state-dir DIR] --out DIR [--print]
 
 Inputs
   --reports DIR  the per-rig health reports the role writes on the controller, DIR/<host>.json
@@ -15,29 +14,30 @@ Inputs
                  not exist yet counts as empty. Per host the report with the newest checked_at
                  wins (ISO 8601; no offset counts as UTC; on a tie or an unreadable time,
                  --reports).
-  --state FILE   the rollout's state, {host: {state, reason, previous_release, previous_speed,
-                 speed, vllm_version, flashinfer_version}}, every key optional (others are
-                 ignored); state is one of STATES. A rig in the state but without a report still
+  --state-dir DIR  the rollout's state, one file per rig, DIR/<host>.json holding that rig's
+                 object as playbooks/tasks/rollout_record.yml writes it: {host, state, reason,
+                 release, previous_release, previous_speed, at, history}. Its "host" key, else
+                 the file name, names the rig; state is one of STATES; every key is optional
+                 and at and history are not read. A rig in the state but without a report still
                  gets its row; a rig with a report but no state is "healthy" or "unhealthy" as its
                  report says, or "pull-failed" when the pull run that uploaded it failed.
-  --state-dir DIR  the same state as one file per rig, DIR/<host>.json holding that rig's object
-                 (its "host" key, else the file name, names the rig).
                  With a state, only the rigs in it are taken from --reports (the folder keeps
                  reports of rigs no longer rolled out to); --pulled rigs are all kept.
 
 Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rows",
 "footer"}) and .md (a table and its footer), written whole (no half-written file); their paths
-on stderr; --print prints the Markdown on stdout. One row per rig: host, state, release, image,
-vLLM and FlashInfer versions (the state's, else the report's), patch (patch_class of the
-report's patch_status: patched, upstream-fixed, pinned, or the status itself such as drift or
-unknown), decode tokens/s at c=1 and at c=4 now and under the previous release (smoke.py --speed
-figures: "speed" of the state, else the report's smoke.speed; "previous_speed" of the state),
-the number of kernel Xid lines, and a one-line reason (the state's, else the failures of an
-unhealthy report). The footer counts rigs per state and says whether every reachable rig (state
-not "unreachable") reports upstream-fixed, in which case the patch can be dropped fleet-wide.
+on stderr; --print prints the Markdown on stdout. One row per rig: host, state, release (the
+report's, else the state's), image and vLLM version (the report's), FlashInfer version (the
+report's patch_report), patch (patch_class of the report's patch_status: patched,
+upstream-fixed, pinned, or the status itself such as drift or unknown), decode tokens/s at c=1
+and at c=4 now and under the previous release (smoke.py --speed figures: the report's
+smoke.speed; "previous_speed" of the state), the number of kernel Xid lines, and a one-line
+reason (the state's, else the failures of an unhealthy report). The footer counts rigs per
+state and says whether every reachable rig (state not "unreachable") reports upstream-fixed, in
+which case the patch can be dropped fleet-wide.
 
-Exit codes: 0 written (whatever the rigs' states); 2 bad input: --reports, the state file or
-folder missing or unreadable, --pulled not a folder, a state that is not {host: object}, an
+Exit codes: 0 written (whatever the rigs' states); 2 bad input: --reports or the state folder
+missing or unreadable, --pulled not a folder, a state file that is not a JSON object, an
 unknown state name; 1 unexpected (such as --out not writable).
 """
 
@@ -203,7 +203,7 @@ def row_for(host: str, report=None, state=None) -> dict:
     patch_report = report.get("patch_report") if isinstance(report.get("patch_report"),
                                                             dict) else {}
     smoke = report.get("smoke") if isinstance(report.get("smoke"), dict) else {}
-    now = speed_figures(state.get("speed") or smoke.get("speed"))
+    now = speed_figures(smoke.get("speed"))
     before = speed_figures(state.get("previous_speed"))
     raw_patch = _text(report.get("patch_status")) or _text(patch_report.get("status"))
     xid = report.get("kernel_xid_lines")
@@ -222,10 +222,9 @@ def row_for(host: str, report=None, state=None) -> dict:
         "state": state_of(report, state),
         "release": _text(report.get("release")) or _text(state.get("release")),
         "previous_release": _text(state.get("previous_release")),
-        "image": _text(report.get("image")) or _text(state.get("image")),
-        "vllm_version": _text(state.get("vllm_version")) or _text(report.get("vllm_version")),
-        "flashinfer_version": (_text(state.get("flashinfer_version"))
-                               or _text(patch_report.get("flashinfer_version"))),
+        "image": _text(report.get("image")),
+        "vllm_version": _text(report.get("vllm_version")),
+        "flashinfer_version": _text(patch_report.get("flashinfer_version")),
         "patch": patch_class(raw_patch),
         "patch_status": raw_patch,
         "tokens_per_s_c1": now["c1"],
@@ -243,15 +242,14 @@ def row_for(host: str, report=None, state=None) -> dict:
 
 
 def footer(rows) -> dict:
-    """Rigs per state (STATES order, then any other), and whether the patch can be dropped:
-    every reachable rig (state not unreachable) reports upstream-fixed."""
+    """Rigs per state (STATES, then DERIVED_STATES order: a row's state is always one of them,
+    see check_state and state_of), and whether the patch can be dropped: every reachable rig
+    (state not unreachable) reports upstream-fixed."""
     counts = {}
     for name in STATES + DERIVED_STATES:
         n = sum(1 for r in rows if r["state"] == name)
         if n:
             counts[name] = n
-    for r in rows:
-        counts.setdefault(r["state"], sum(1 for x in rows if x["state"] == r["state"]))
     reachable = [r for r in rows if r["state"] != "unreachable"]
     holding = [r for r in reachable if r["patch"] != "upstream-fixed"]
     droppable = bool(reachable) and not holding
@@ -310,7 +308,7 @@ def render_markdown(fleet: dict) -> str:
 
 # --- inputs and outputs ------------------------------------------------------------------------
 
-def load_report_dir(folder: str, label: str, skip=(), missing_ok: bool = False) -> tuple:
+def load_report_dir(folder: str, label: str, missing_ok: bool = False) -> tuple:
     """({host: report}, notes) from folder/*.json; each report gains '_from' = label. A file
     that is not JSON becomes {'_unreadable': why} under its file name's host; a JSON object
     without a host, and fleet-*.json, are skipped (named in notes). A folder that does not
@@ -319,11 +317,10 @@ def load_report_dir(folder: str, label: str, skip=(), missing_ok: bool = False) 
         if missing_ok and not os.path.exists(folder):
             return {}, [f"{label}: {folder} does not exist (yet): no reports there"]
         raise BadInput(f"{label} folder {folder} does not exist or is not a folder")
-    skip = {os.path.abspath(s) for s in skip}
     reports, notes = {}, []
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         name = os.path.basename(path)
-        if name.startswith("fleet-") or os.path.abspath(path) in skip:
+        if name.startswith("fleet-"):
             continue
         stem = name[:-len(".json")]
         try:
@@ -355,7 +352,7 @@ def _read_json(path: str, what: str):
 
 def load_state_dir(folder: str) -> dict:
     """{host: state dict} from folder/<host>.json, one rig's state object each; BadInput when
-    the folder is missing or a file is not a JSON object."""
+    the folder is missing, a file is not a JSON object or names an unknown state."""
     if not os.path.isdir(folder):
         raise BadInput(f"state folder {folder} does not exist or is not a folder")
     state = {}
@@ -363,31 +360,20 @@ def load_state_dir(folder: str) -> dict:
         value = _read_json(path, "state file")
         if not isinstance(value, dict):
             raise BadInput(f"state file {path}: expected an object, got {type(value).__name__}")
+        check_state(value, path)
         host = value.get("host")
         state[host if isinstance(host, str) and host else
               os.path.basename(path)[:-len(".json")]] = value
-    return check_state(state, folder)
-
-
-def load_state(path: str) -> dict:
-    """{host: state dict} from the rollout's state file; BadInput when it is not one."""
-    return check_state(_read_json(path, "state file"), path)
-
-
-def check_state(state, path: str) -> dict:
-    """The state itself when it is {host: {state: one of STATES, ...}}; BadInput otherwise."""
-    if not isinstance(state, dict):
-        raise BadInput(f"state file {path}: expected {{host: {{state, ...}}}}, "
-                       f"got {type(state).__name__}")
-    for host, value in state.items():
-        if not isinstance(value, dict):
-            raise BadInput(f"state file {path}: {host}: expected an object, "
-                           f"got {type(value).__name__}")
-        name = value.get("state")
-        if name is not None and name not in STATES:
-            raise BadInput(f"state file {path}: {host}: unknown state {name!r} "
-                           f"(one of {', '.join(STATES)})")
     return state
+
+
+def check_state(value: dict, path: str) -> None:
+    """BadInput unless the rig's state name is absent (null) or one of STATES: so every row's
+    state is one of STATES (the rollout's) or DERIVED_STATES (state_of, without one)."""
+    name = value.get("state")
+    if name is not None and name not in STATES:
+        raise BadInput(f"state file {path}: unknown state {name!r} "
+                       f"(one of {', '.join(STATES)})")
 
 
 def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None) -> dict:
@@ -418,9 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reports", required=True, metavar="DIR",
                         help="per-rig reports written by the role (DIR/<host>.json)")
     parser.add_argument("--pulled", metavar="DIR", help="reports uploaded by pulled rigs")
-    states = parser.add_mutually_exclusive_group()
-    states.add_argument("--state", metavar="FILE", help="the rollout's state, {host: {...}}")
-    states.add_argument("--state-dir", metavar="DIR",
+    parser.add_argument("--state-dir", metavar="DIR",
                         help="the rollout's state, one DIR/<host>.json per rig")
     parser.add_argument("--out", required=True, metavar="DIR", help="where fleet-*.json/md go")
     parser.add_argument("--print", action="store_true", help="print the Markdown on stdout")
@@ -434,15 +418,13 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT if exc.code else EXIT_OK
     now = datetime.datetime.now(datetime.timezone.utc)
     try:
-        skip = [args.state] if args.state else []
-        reports, notes = load_report_dir(args.reports, "reports", skip)
+        reports, notes = load_report_dir(args.reports, "reports")
         sources = [reports]
         if args.pulled:
-            pulled, more = load_report_dir(args.pulled, "pulled", skip, missing_ok=True)
+            pulled, more = load_report_dir(args.pulled, "pulled", missing_ok=True)
             sources.append(pulled)
             notes += more
-        state = (load_state(args.state) if args.state
-                 else load_state_dir(args.state_dir) if args.state_dir else {})
+        state = load_state_dir(args.state_dir) if args.state_dir else {}
     except BadInput as exc:
         sys.stderr.write(f"fleet_report: {exc}\n")
         return EXIT_BAD_INPUT
@@ -456,7 +438,7 @@ def main(argv=None) -> int:
         fleet = build_fleet(merge_reports(*sources), state,
                             now.isoformat(timespec="seconds").replace("+00:00", "Z"),
                             {"reports": args.reports, "pulled": args.pulled,
-                             "state": args.state or args.state_dir})
+                             "state": args.state_dir})
         paths = write_fleet(fleet, args.out, now.strftime("%Y%m%dT%H%M%SZ"))
     except Exception as exc:  # noqa: BLE001 (unexpected: say so, exit 1)
         sys.stderr.write(f"fleet_report: error: {type(exc).__name__}: {exc}\n")

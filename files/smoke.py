@@ -94,13 +94,13 @@ class Endpoint:
             req.add_header("Authorization", "Bearer " + self._api_key)
         return req
 
-    def open_stream(self, path: str, payload, timeout=None):
+    def open_stream(self, path: str, payload):
         """(status, open response or None, error text or None) for a POST answered with
         server-sent events; the caller reads and closes the response. Never raises for
         HTTP/network errors."""
         req = self._build("POST", path, payload, "text/event-stream")
         try:
-            resp = urllib.request.urlopen(req, timeout=timeout or self.timeout)  # noqa: S310
+            resp = urllib.request.urlopen(req, timeout=self.timeout)  # noqa: S310
             return resp.status, resp, None
         except urllib.error.HTTPError as exc:
             if exc.fp:
@@ -363,10 +363,10 @@ def speed_payload(model: str, max_tokens: int) -> dict:
             "messages": [{"role": "user", "content": SPEED_PROMPT}]}
 
 
-def stream_chat(endpoint: Endpoint, payload: dict, clock=time.monotonic) -> dict:
+def stream_chat(endpoint: Endpoint, payload: dict) -> dict:
     """One streamed chat completion, read to its end; its figures plus status, ok, error,
     latency_s, and '_start'/'_end' for run_together."""
-    start = clock()
+    start = time.monotonic()
     status, resp, error = endpoint.open_stream("/v1/chat/completions", payload)
     token_times, usage_tokens, done, problem = [], None, False, None
     if resp is None:
@@ -381,7 +381,7 @@ def stream_chat(endpoint: Endpoint, payload: dict, clock=time.monotonic) -> dict
                     if data.strip() == "[DONE]":
                         done = True
                         break
-                    now = clock()
+                    now = time.monotonic()
                     token, used, problem = chunk_info(_parse(data.encode()))
                     if problem:
                         break
@@ -391,7 +391,7 @@ def stream_chat(endpoint: Endpoint, payload: dict, clock=time.monotonic) -> dict
                         usage_tokens = used
         except (OSError, ValueError, http.client.HTTPException) as exc:
             problem = f"stream broken: {type(exc).__name__}: {exc}"
-    end = clock()
+    end = time.monotonic()
     figures = stream_figures(start, token_times, usage_tokens)
     if problem is None and not done:
         problem = "stream ended without data: [DONE]"
@@ -402,6 +402,9 @@ def stream_chat(endpoint: Endpoint, payload: dict, clock=time.monotonic) -> dict
 
 
 def _median(values, digits: int):
+    """The median of the values that are not None, rounded; None when there are none. Not
+    percentile(values, 0.5): of an even count this is the mean of the two middle values (two
+    rounds: their mean), where the nearest rank takes the lower one."""
     values = [v for v in values if v is not None]
     return round(statistics.median(values), digits) if values else None
 

@@ -162,6 +162,9 @@ def test_bad_usage_exits_2(capsys, args):
 def test_helpers():
     assert smoke.percentile([0.4, 0.1, 0.3, 0.2], 0.5) == 0.2
     assert smoke.percentile([0.5], 0.5) == 0.5
+    # the speed medians are not the nearest-rank p50: two rounds give their mean
+    assert smoke._median([0.4, None, 0.1, 0.3, 0.2], 4) == 0.25
+    assert smoke._median([None], 2) is None
     message = {"choices": [{"message": {"content": None, "reasoning": "thinking"}}]}
     assert smoke.answer_text(message) == ("thinking", "reasoning")
     assert smoke.answer_text({"choices": [{"message": {"content": "  "}}]}) == ("", None)

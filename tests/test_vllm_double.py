@@ -704,6 +704,10 @@ def test_rig_knobs_of_one_version_apply_only_to_that_version(monkeypatch):
            "by_version": {"0.27.1": {"tokens_per_s": 20, "fail_health": True}}}
     assert server.rig_knobs(raw, "0.27.1")[0] == {"tokens_per_s": 20.0, "fail_health": True}
     assert server.rig_knobs(raw, "0.33.0")[0] == {"tokens_per_s": 80.0}
+    # a by_version that is not an object is named and ignored (the top-level keys still apply)
+    assert server.rig_knobs({"tokens_per_s": 80, "by_version": ["0.27.1"]}, "0.27.1") == (
+        {"tokens_per_s": 80.0},
+        ["vllm-double.json: by_version must be an object, not ['0.27.1']; ignored"])
 
 
 # --- serve flags against the real parsers (bench/results/vllm-parsers.{json,md}) ----------------

@@ -18,7 +18,8 @@ Test knobs (env): VLLM_DOUBLE_HF_FAIL=1 fails like a network error (exit 1),
 VLLM_DOUBLE_HF_DELAY_S sleeps before writing. A rig-side file, `$HF_HOME/vllm-double.json`
 (the host's model cache, which the role mounts there), sets the weights' size and how long the
 whole download takes: {"weights_mb": 64, "download_s": 40} (defaults 1 MB, 0 s), so tests on a
-rig can make a download take a known time without touching the role.
+rig can make a download take a known time without touching the role. Only those two top-level
+keys are read here: "by_version" (per-release overrides) is vllm serve's alone (server.rig_knobs).
 """
 
 import argparse

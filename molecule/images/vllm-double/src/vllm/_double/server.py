@@ -19,8 +19,10 @@ default TTFT = VLLM_DOUBLE_LATENCY_S + VLLM_DOUBLE_TOKEN_S and one token per VLL
 Per-rig knobs (read once at start, like hf_cli's download knobs, from `$HF_HOME/vllm-double.json`,
 the host's model cache the role mounts there; see rig_knobs): "tokens_per_s" (decode rate, > 0),
 "ttft_s" (delay before the first token, >= 0), "fail_health": true (GET /health answers 503
-always, so a release on that rig fails its health check). A value of the wrong kind is ignored
-with a warning on stdout; the knobs in effect are recorded with the start.
+always, so a release on that rig fails its health check), and "by_version": {"<vLLM version>":
+{...}} (those keys for a double of that version only, winning over the top-level ones). A value
+of the wrong kind is ignored with a warning on stdout; the knobs in effect are recorded with the
+start.
 
 The crash (vllm issue #40756, what the project patches): when speculative decoding is on
 (--speculative-config with num_speculative_tokens >= 1), --max-num-seqs >= 4 (unset counts as
@@ -168,11 +170,16 @@ def rig_knobs(raw, version=__version__) -> tuple:
     knobs hf_cli reads) are left alone; a bad value is dropped and named. Keys under
     "by_version": {"<vLLM version>": {...}} apply only to a double of that version and win over
     the top-level ones, so a rig can make one release slow or unhealthy and not the other (a
-    rollback then brings back a release that behaves as before)."""
+    rollback then brings back a release that behaves as before). None (no file, or `null`): no
+    knobs, no warning."""
     knobs, warnings = {}, []
     if not isinstance(raw, dict):
         return knobs, ([f"{RIG_KNOBS}: not a JSON object; ignored"] if raw is not None else [])
-    per_version = (raw.get("by_version") or {}).get(version)
+    by_version = raw.get("by_version", {})
+    if not isinstance(by_version, dict):
+        warnings.append(f"{RIG_KNOBS}: by_version must be an object, not {by_version!r}; ignored")
+        by_version = {}
+    per_version = by_version.get(version)
     if isinstance(per_version, dict):
         raw = {**raw, **per_version}
     for key, low, strict in (("tokens_per_s", 0.0, True), ("ttft_s", 0.0, False)):
@@ -251,10 +258,11 @@ class Engine:
         """Seconds to generate `tokens` tokens: the first after ttft_s, then one per interval."""
         return self.ttft_s + self.token_interval_s * max(tokens - 1, 0)
 
-    def completion(self, body: dict, emit=None) -> tuple:
+    def completion(self, body: dict, emit) -> tuple:
         """(status, payload) for one chat completion; may crash the process. A stream
         (`"stream": true`) is written through emit(data) as it is generated, one call per SSE
-        `data:` line, and answers (200, None)."""
+        `data:` line, and answers (200, None). The http-500 fault answers 500 after the TTFT
+        (a stream, before its first event) or the whole generation time (not streamed)."""
         model = body.get("model")
         if model not in self.served_names:
             return 404, error_body(f"The model `{model}` does not exist.", "NotFoundError", 404)
@@ -262,8 +270,6 @@ class Engine:
         if not isinstance(messages, list) or not messages:
             return 400, error_body("messages: a non-empty list is required", "BadRequestError")
         stream = bool(body.get("stream"))
-        if stream and emit is None:
-            return 400, error_body("vllm-double: no stream writer", "BadRequestError")
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 16
         if not isinstance(max_tokens, int) or max_tokens < 1:
             return 400, error_body("max_tokens must be a positive integer", "BadRequestError")
@@ -275,17 +281,14 @@ class Engine:
             if self.crash_armed and in_flight >= self.crash_inflight:
                 self.crash(in_flight)
             answer = self.answer(body, messages, max_tokens, ordinal)
+            if self.fault("http-500", ordinal):
+                time.sleep(self.ttft_s if stream else self.generation_s(answer["generated"]))
+                return 500, error_body("vllm-double: injected fault http-500",
+                                       "InternalServerError", 500)
             if stream:
-                if self.fault("http-500", ordinal):
-                    time.sleep(self.ttft_s)
-                    return 500, error_body("vllm-double: injected fault http-500",
-                                           "InternalServerError", 500)
                 self.stream(answer, model, body, emit)
                 return 200, None
             time.sleep(self.generation_s(answer["generated"]))
-            if self.fault("http-500", ordinal):
-                return 500, error_body("vllm-double: injected fault http-500",
-                                       "InternalServerError", 500)
             content = " ".join(answer["content"]) if answer["content"] else None
             reasoning = " ".join(answer["reasoning"]) if answer["reasoning"] else None
             if answer["empty"]:
@@ -503,7 +506,7 @@ def run_serve(args, argv) -> int:
     decode = flashinfer_check.decode_state()
     decision = crash_decision(args, decode)
     model_where = hf_cli.resolve_model(model, args.download_dir, args.revision)
-    knobs, knob_warnings = rig_knobs(hf_cli.knobs() or None)
+    knobs, knob_warnings = rig_knobs(hf_cli.knobs())
     for warning in knob_warnings:
         log(f"WARNING {warning}")
     record_start({

@@ -1,11 +1,14 @@
 """health.yml's canary steps, taken from the task file unchanged and run by ansible-playbook on
-localhost with doubles: tests/doubles/docker for the docker CLI and a smoke.py that records its
-arguments. What is checked: a race check that could not be copied into the container is "could
-not run" (exit 2), never "a bad trial" (exit 1); the speed is measured before the soak; and the
-judge compares the speed only with the report of the release that served before."""
+localhost against containers this test starts on this machine's Docker engine (the rig's own
+engine), with a stand-in for race_check.py (the real one needs a GPU) and a smoke.py that records
+its arguments. What is checked: a race check that could not be copied into the container is
+"could not run" (exit 2), never "a bad trial" (exit 1); the speed is measured before the soak;
+and the judge compares the speed only with the report of the release that served before."""
 
 import json
-import os
+import shutil
+import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,21 +18,36 @@ from ansible_runner import ROLE, run_playbook
 ROOT = Path(__file__).parents[1]
 HEALTH = yaml.safe_load((ROLE / "tasks/health.yml").read_text())
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
-DOUBLES = Path(__file__).parent / "doubles"
 RACE_TASK = "Run the GPU race check inside the new container (canary)"
+IMAGE = "vdf-target:debian13"  # built by make images; has python3, like a vLLM image
 
-# Records its arguments in the calls log (as the docker double does) and answers as smoke.py
-# would: the smoke with its speed, or the soak.
+needs_docker = pytest.mark.skipif(
+    shutil.which("docker") is None
+    or subprocess.run(["docker", "info"], capture_output=True).returncode != 0,
+    reason="needs the Docker engine make setup starts")
+
+# Records its arguments and the time (the race check records its own) in a log, and answers as
+# smoke.py would: the smoke with its speed, or the soak.
 FAKE_SMOKE = """\
-import json, os, sys
-with open(os.environ["VDF_DOCKER_LOG"], "a") as f:
-    f.write(json.dumps(["smoke.py"] + sys.argv[1:]) + "\\n")
+import json, os, sys, time
+with open(os.path.join(os.path.dirname(__file__), "calls.log"), "a") as f:
+    f.write(json.dumps(["smoke.py", time.time()] + sys.argv[1:]) + "\\n")
 report = {"ok": True, "failures": [], "aggregate": {"ok": 4}, "health": {"waited_s": 0.1}}
 if "--speed" in sys.argv:
     report["speed"] = {"c1": {"tokens_per_s": 50.0, "ttft_s": 0.2}, "concurrency": 4}
 if "--soak-s" in sys.argv:
     report["soak"] = {"requests": 9, "failed": 0}
 print(json.dumps(report))
+"""
+
+# Stands in for race_check.py inside the container: leaves a mark, prints a trial line and a
+# last line with the time, exits with the status given.
+STAND_IN_RACE_CHECK = """\
+import sys, time
+open("/tmp/vdf-check/ran", "w").close()
+print("race_check: trial 1 of 1 ...")
+print(f"race_check: stand-in exit {rc} at {{time.time()}}")
+sys.exit({rc})
 """
 
 
@@ -46,13 +64,49 @@ def health_tasks_until(name):
     return HEALTH[: names.index(name)]
 
 
-def calls(log):
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+def docker(*args, check=True):
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check,
+                          timeout=120)
 
 
-def run_race_check(tmp_path, container, fail="", race_rc=0):
+@pytest.fixture(scope="module")
+def running():
+    """A running container, as the new release's would be on the rig."""
+    name = f"vdf-health-test-{uuid.uuid4().hex[:8]}"
+    docker("run", "-d", "--name", name, IMAGE, "sleep", "infinity")
+    yield name
+    docker("rm", "-f", name, check=False)
+
+
+@pytest.fixture(scope="module")
+def stopped():
+    """A container that is not running (gone by the time the check runs): exec fails."""
+    name = f"vdf-health-test-stopped-{uuid.uuid4().hex[:8]}"
+    docker("create", "--name", name, IMAGE, "sleep", "infinity")
+    yield name
+    docker("rm", "-f", name, check=False)
+
+
+def release_dir(tmp_path, race_rc=0, with_patcher=True):
+    """A release folder with a space in its path, holding the checks health.yml copies in."""
+    serving = tmp_path / "rel a"
+    (serving / "checks").mkdir(parents=True)
+    (serving / "checks/race_check.py").write_text(STAND_IN_RACE_CHECK.format(rc=race_rc))
+    if with_patcher:
+        shutil.copy(ROOT / "files/patcher.py", serving / "checks/patcher.py")
+    return serving
+
+
+def ran_in(container):
+    """Whether the race check ran in the container (its mark), then the mark removed."""
+    ran = docker("exec", container, "test", "-e", "/tmp/vdf-check/ran", check=False)
+    docker("exec", container, "rm", "-rf", "/tmp/vdf-check", check=False)
+    return ran.returncode == 0
+
+
+def run_race_check(tmp_path, container, serving):
     """The race-check task as health.yml has it, on a canary; its registered result."""
-    out, log = tmp_path / "race.json", tmp_path / "calls.log"
+    out = tmp_path / "race.json"
     play = [{
         "name": "Race check", "hosts": "localhost", "gather_facts": False,
         "tasks": [health_task(RACE_TASK),
@@ -60,55 +114,67 @@ def run_race_check(tmp_path, container, fail="", race_rc=0):
                       "content": "{{ _vllm_dual_fast_race_check | to_json }}", "dest": str(out),
                       "mode": "0644"}}],
     }]
-    env = {"PATH": f"{DOUBLES}:{os.environ['PATH']}", "VDF_DOCKER_LOG": str(log),
-           "VDF_DOCKER_FAIL": fail, "VDF_RACE_RC": str(race_rc)}
-    facts = {"_vllm_dual_fast_container": container, "_vllm_dual_fast_serving_dir": "/opt/rel a",
+    facts = {"_vllm_dual_fast_container": container, "_vllm_dual_fast_serving_dir": str(serving),
              "_vllm_dual_fast_serving": {"gates": True}, "vllm_dual_fast_gate_race_check": "auto"}
-    result, text = run_playbook(tmp_path, play, facts, env=env)
+    result, text = run_playbook(tmp_path, play, facts)
     assert result.returncode == 0, text
-    return json.loads(out.read_text()), calls(log)
+    return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("fail", ["exec-mkdir", "cp"])
-def test_a_race_check_that_cannot_be_copied_in_could_not_run(tmp_path, fail):
-    # Exit 1 is race_check's "bad trial": a gone container or a full disk must not read as one.
-    race, called = run_race_check(tmp_path, "vdf canary", fail=fail)
+@needs_docker
+def test_a_race_check_in_a_container_that_is_not_running_could_not_run(tmp_path, stopped):
+    # Exit 1 is race_check's "bad trial": a gone container must not read as one.
+    race = run_race_check(tmp_path, stopped, release_dir(tmp_path))
     assert race["rc"] == 2, race
-    assert "could not copy the race check into vdf canary" in race["stderr"], race
-    assert not [c for c in called if c[0] == "exec" and "python3" in c], called    # not run
+    assert f"could not copy the race check into {stopped}" in race["stderr"], race
 
 
+@needs_docker
+def test_a_race_check_that_cannot_be_copied_in_could_not_run(tmp_path, running):
+    race = run_race_check(tmp_path, running, release_dir(tmp_path, with_patcher=False))
+    assert race["rc"] == 2, race
+    assert f"could not copy the race check into {running}" in race["stderr"], race
+    assert not ran_in(running)    # not run
+
+
+@needs_docker
 @pytest.mark.parametrize("race_rc", [0, 1, 2])
-def test_the_race_check_s_own_exit_status_is_kept(tmp_path, race_rc):
-    race, called = run_race_check(tmp_path, "vdf canary", race_rc=race_rc)
+def test_the_race_check_s_own_exit_status_is_kept(tmp_path, running, race_rc):
+    # The release folder's path has a space: it reaches docker cp as one path.
+    race = run_race_check(tmp_path, running, release_dir(tmp_path, race_rc=race_rc))
     assert race["rc"] == race_rc, race
-    assert race["stdout"].startswith("race_check: "), race    # its last line only
-    # The container's name reaches docker as one argument, and the release dir as one path.
-    assert called[0] == ["exec", "vdf canary", "mkdir", "-p", "/tmp/vdf-check"], called
-    assert called[1] == ["cp", "/opt/rel a/checks/race_check.py", "vdf canary:/tmp/vdf-check/"]
+    assert race["stdout"].startswith(f"race_check: stand-in exit {race_rc} at "), race  # last line
+    assert ran_in(running)
 
 
-def test_the_speed_is_measured_before_the_soak(tmp_path):
+@needs_docker
+def test_the_speed_is_measured_before_the_soak(tmp_path, running):
     # The baseline (the previous release's report) was measured on a freshly started server;
     # measured after a soak, the canary's figures would not be comparable with it.
-    serving, log = tmp_path / "release", tmp_path / "calls.log"
-    serving.mkdir()
+    serving = release_dir(tmp_path)
     (serving / "smoke.py").write_text(FAKE_SMOKE)
+    out = tmp_path / "race.json"
     play = [{"name": "Health up to the restart count", "hosts": "localhost",
              "gather_facts": False,
-             "tasks": health_tasks_until("Read the container's restart count after the smoke")}]
+             "tasks": health_tasks_until("Read the container's restart count after the smoke")
+             + [{"name": "Keep the race check", "ansible.builtin.copy": {
+                 "content": "{{ _vllm_dual_fast_race_check | to_json }}", "dest": str(out),
+                 "mode": "0644"}}]}]
     facts = {**DEFAULTS, "vllm_dual_fast_image": "img", "vllm_dual_fast_model": "m",
              "vllm_dual_fast_canary": True, "_vllm_dual_fast_release_is_new": True,
-             "vllm_dual_fast_gate_soak_s": 5, "_vllm_dual_fast_container": "vllm-dual-fast",
+             "vllm_dual_fast_gate_soak_s": 5, "_vllm_dual_fast_container": running,
              "_vllm_dual_fast_serving_dir": str(serving)}
-    env = {"PATH": f"{DOUBLES}:{os.environ['PATH']}", "VDF_DOCKER_LOG": str(log)}
-    result, text = run_playbook(tmp_path, play, facts, env=env)
+    result, text = run_playbook(tmp_path, play, facts)
     assert result.returncode == 0, text
+    calls = [json.loads(line) for line in (serving / "calls.log").read_text().splitlines()]
     order = [("speed" if "--speed" in c else "") + ("soak" if "--soak-s" in c else "")
-             for c in calls(log) if c[0] == "smoke.py"]
-    race = [i for i, c in enumerate(calls(log)) if c[0] == "exec" and "python3" in c]
-    assert order == ["speed", "soak"], calls(log)
-    assert race and race[0] > max(i for i, c in enumerate(calls(log)) if c[0] == "smoke.py")
+             for c in calls]
+    assert order == ["speed", "soak"], calls
+    race = json.loads(out.read_text())
+    assert race["rc"] == 0, race
+    race_at = float(race["stdout"].rsplit(" at ", 1)[1])
+    assert race_at > max(c[1] for c in calls)  # the race check after the smoke and the soak
+    docker("exec", running, "rm", "-rf", "/tmp/vdf-check", check=False)
 
 
 SPEED_BEFORE = {"c1": {"tokens_per_s": 50.0, "ttft_s": 0.2}, "concurrency": 4}

@@ -12,19 +12,44 @@ Each trial, in a Qwen-like per-rank decode geometry (12 query heads, 2 KV heads,
 page 16, bf16, NHD, split-KV): run plan A + run A alone as the reference, then stall the stream
 (torch.cuda._sleep), plan A, run A, plan B, run B, synchronise, and compare A's output
 bit-exactly with A alone, and A alone with a float32 PyTorch reference. Scenarios: a batch of 4
-then 8, 32 then 1, and the same batch with every length +1 (the next MTP step).
+then 8, 32 then 1, and the same batch with every length +1 (the next MTP step). The wrapper is
+built and planned the way vLLM's FlashInfer backend does it (tensor-core decode, see
+decode_wrapper_kwargs and plan_kwargs).
 
 Trials run in child processes with a hang timeout: an illegal memory access or a hang costs
 the trial in flight (counted as crashed or hung) and the child is replaced for the rest.
 
-    python3 race_check.py [--trials N] [--compare] [--bench] [--json] [--out FILE]
+Two uses, kept apart:
 
---compare also runs every trial with a pinned buffer swapped in, in memory, after the wrapper
-is built (the installed files are not touched): "pinned: X of N bad; as installed: Y of N bad".
---bench times plan, plan+run and 4 x plan+run at batch 1, 4 and 32, pinned against as installed.
+  rig (the default; the canary runs this inside the serving container, next to the engine):
+    python3 race_check.py --patcher /path/to/patcher.py [--trials N] [--jobs 1]
+  Runs only the installed FlashInfer's trials, and only when its plan buffer is NOT pinned (the
+  patched files): trials on a pinned buffer provoke the race on purpose, and on a real GPU they
+  end in illegal memory accesses that the driver logs as Xid 31. A pinned installed buffer is
+  refused (exit 2) before any plan() runs.
+
+  bench (a GPU that serves nothing: the lent test machine, bench/race/run_on_gpu.sh):
+    python3 race_check.py --allow-pinned --compare [--bench] [--cuda-cores] ...
+  --compare also runs every trial with a pinned buffer swapped in, in memory, after the wrapper
+  is built (the installed files are not touched): "pinned: X of N bad; as installed: Y of N bad".
+  --bench times plan, plan+run and 4 x plan+run at batch 1, 4 and 32, pinned against as installed.
+  Both need --allow-pinned (without it they are refused, exit 2), as do trials on an unpatched
+  FlashInfer: the flag says "this GPU may fault; it serves nothing".
+
+GPU memory: one child at a time by default (--jobs 1). Each child holds a CUDA context (about
+500 MiB on an H200 with torch 2.11) plus what memory_estimate_mib() gives for the geometry
+(about 0.5 GiB for the default one); the probe refuses to start when less than that is free.
+An out-of-memory error (torch.cuda.OutOfMemoryError, "CUDA out of memory",
+cudaErrorMemoryAllocation) in the probe or in a trial means the check could not run (exit 2,
+"could not run: out of GPU memory ..."), never a bad trial: next to an engine that holds 90 %
+of the card that is a fact about the room left, not about the race.
+
+Output: progress on stderr; the last stdout line is the one-line summary (ending "-> OK",
+"-> RACE" or "could not run: ..."); --json prints the report instead and the summary on stderr.
 
 Exit codes: 0 the installed FlashInfer had no bad trial; 1 bad trials (wrong, crashed or hung);
-2 the check could not run (no GPU, torch or FlashInfer missing, kernels not buildable).
+2 the check could not run or was refused (no GPU, torch or FlashInfer missing, kernels not
+buildable, out of GPU memory, a pinned buffer without --allow-pinned).
 
 Standard library only at import time: torch and flashinfer are imported in the children.
 """
@@ -66,9 +91,11 @@ DEFAULT_GEOMETRY: Dict[str, Any] = {
     "stall_cycles": 20_000_000,
     "workspace_mib": 128,
     "tolerance": 0.05,  # A alone against the float32 reference (bf16 output rounding)
-    # False: the CUDA-core decode kernel (FlashInfer 0.6 has it for GQA groups 1-4 and 8 only);
-    # True: the tensor-core (fa2 prefill) path, which vLLM uses for groups above 4.
-    "use_tensor_cores": False,
+    # The decode path vLLM takes (see decode_wrapper_kwargs): True, the tensor-core path (the
+    # fa2 batch-prefill kernel planned by the decode wrapper). False, the CUDA-core decode
+    # kernel, is a bench-only comparison: FlashInfer 0.6 has it for GQA groups 1-4 and 8 only,
+    # so it cannot run this group of 6 ("Unsupported group_size: 6").
+    "use_tensor_cores": True,
 }
 
 # name -> (batch of plan A, batch of plan B, B is A's batch with every length + 1)
@@ -80,7 +107,124 @@ SCENARIOS: Dict[str, Dict[str, Any]] = {
 
 
 class CheckUnavailable(Exception):
-    """The check could not run here (exit 2)."""
+    """The check could not run here, or was refused (exit 2).
+
+    kind: None (could not run), "out-of-memory" or "refused" (a pinned buffer on a GPU that may
+    serve, or bench-only flags without --allow-pinned).
+    """
+
+    def __init__(self, message: str, kind: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+
+
+# --------------------------------------------------------------------------------------------
+# The decode path vLLM uses for this geometry.
+#
+# vllm/v1/attention/backends/flashinfer.py, 0.27.1 and 0.33.0 alike: the metadata builder's
+# _get_decode_wrapper() builds BatchDecodeWithPagedKVCacheWrapper(workspace, layout,
+# use_cuda_graph=..., paged_kv_*_buffer=..., use_tensor_cores=True, backend=...). The
+# tensor-core flag is no longer chosen from the GQA group size (older vLLM took it for groups
+# above 4, or from an environment variable): it is always True ("at least as good as cuda
+# cores ... in latest gpus"), so the 12/2 group of 6 runs FlashInfer's fa2 prefill kernel.
+# backend: 0.27.1 passes "auto" (nvfp4 KV: "trtllm-gen"); 0.33.0 passes "fa2" below SM90
+# (_use_fa2_native_decode, so an RTX 3090) and "auto" otherwise; FlashInfer's "auto" picks
+# fa2 for a bf16 query and cache in both 0.6.16.post3 and 0.7.2.post1, so both give fa2 here.
+# (XQA/trtllm-gen decode, used instead of the wrapper on SM90 with NVIDIA's cubins and on
+# SM100, never runs on the rigs' SM86.) fast_plan_decode() then calls wrapper.plan() with
+# pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None, q/kv/o data types,
+# sm_scale (1/sqrt(head_dim) for Qwen), non_blocking=True, fixed_split_size=-1 and
+# disable_split_kv=False (batch-invariant mode aside); 0.33.0 also passes seq_lens (the same
+# KV lengths plan() derives from the page table otherwise) and q_len_per_req (1 for a drafter
+# step). Not mirrored: CUDA-graph wrappers (fixed batch size; same plan buffer), and the
+# rig's fp8 KV cache (a different kernel instance; the race is in the host buffer, not in it).
+# --------------------------------------------------------------------------------------------
+
+
+def decode_wrapper_kwargs(geometry: Dict[str, Any], capability: Sequence[int] = (8, 6)
+                          ) -> Dict[str, Any]:
+    """Keyword arguments of BatchDecodeWithPagedKVCacheWrapper after (workspace, layout)."""
+    if not geometry.get("use_tensor_cores", True):
+        return {"use_tensor_cores": False}  # bench comparison: the CUDA-core decode kernel
+    backend = "fa2" if tuple(capability) < (9, 0) else "auto"
+    return {"use_tensor_cores": True, "backend": backend}
+
+
+def plan_kwargs(geometry: Dict[str, Any]) -> Dict[str, Any]:
+    """Keyword arguments of wrapper.plan() after the page table and the five sizes, as vLLM
+    passes them (data types by name; the child turns them into torch dtypes)."""
+    kwargs: Dict[str, Any] = {
+        "pos_encoding_mode": "NONE", "window_left": -1, "logits_soft_cap": None,
+        "q_data_type": geometry["dtype"], "kv_data_type": geometry["dtype"],
+        "o_data_type": geometry["dtype"], "sm_scale": float(geometry["head_dim"]) ** -0.5,
+        "non_blocking": True, "disable_split_kv": False,
+    }
+    if geometry.get("use_tensor_cores", True):
+        kwargs["fixed_split_size"] = -1  # FlashInfer refuses it on the CUDA-core path
+    return kwargs
+
+
+def decode_path_name(geometry: Dict[str, Any]) -> str:
+    return ("tensor-core (fa2, as vLLM)" if geometry.get("use_tensor_cores", True)
+            else "CUDA-core (bench)")
+
+
+# --------------------------------------------------------------------------------------------
+# Out-of-memory and GPU memory needed
+# --------------------------------------------------------------------------------------------
+
+OOM_MARKERS = ("outofmemoryerror", "out of memory", "cudaerrormemoryallocation",
+               "cuda_error_out_of_memory")
+
+
+def is_out_of_memory(text: str | BaseException) -> bool:
+    """True for torch.cuda.OutOfMemoryError, "CUDA out of memory", cudaErrorMemoryAllocation."""
+    if isinstance(text, BaseException):
+        text = f"{type(text).__name__}: {text}"
+    low = str(text).lower()
+    return any(m in low for m in OOM_MARKERS)
+
+
+def oom_message(reason: str) -> str:
+    reason = " ".join(str(reason).split())
+    if reason.startswith("out of GPU memory"):
+        return reason
+    return ("out of GPU memory (the serving engine holds the rest; see memory_estimate_mib): "
+            + reason[:300])
+
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+INT_WORKSPACE_MIB = 8  # FlashInfer's int workspace on the GPU (and its host twin)
+
+
+def max_pages(geometry: Dict[str, Any], scenarios: Iterable[str]) -> int:
+    """KV-cache pages the largest trial of these scenarios can need."""
+    page = int(geometry["page_size"])
+    per_req = -(-int(geometry["max_len"]) // page) + 1  # +1: a next-step length crossing a page
+    most = 1
+    for name in scenarios:
+        spec = SCENARIOS[name]
+        reqs = spec["batch_a"] if spec["next_step"] else spec["batch_a"] + spec["batch_b"]
+        most = max(most, reqs * per_req)
+    return most
+
+
+def memory_estimate_mib(geometry: Dict[str, Any], scenarios: Iterable[str]) -> int:
+    """GPU memory one child allocates (beyond its CUDA context), in MiB, with some slack."""
+    scenarios = list(scenarios)
+    g = geometry
+    elt = DTYPE_BYTES.get(str(g["dtype"]), 2)
+    page_bytes = 2 * int(g["page_size"]) * int(g["num_kv_heads"]) * int(g["head_dim"]) * elt
+    cache = max_pages(g, scenarios) * page_bytes
+    # The float32 reference of the longest request: its pages as float, K and V per KV head,
+    # scores and probabilities; queries and outputs of the largest batch (a few per trial).
+    longest = int(g["max_len"]) + int(g["page_size"])
+    ref = (longest * 2 * int(g["num_kv_heads"]) * int(g["head_dim"]) * 4 * 3
+           + longest * int(g["num_qo_heads"]) * 4 * 3)
+    batch = max([1] + [max(SCENARIOS[s]["batch_a"], SCENARIOS[s]["batch_b"]) for s in scenarios])
+    io = 8 * batch * int(g["num_qo_heads"]) * int(g["head_dim"]) * 4
+    total = (int(g["workspace_mib"]) + INT_WORKSPACE_MIB) * (1 << 20) + cache + ref + io
+    return int(total * 1.25 / (1 << 20)) + 64  # allocator rounding and kernels' own scratch
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,7 +295,8 @@ def page_tables(lens_a: Sequence[int], lens_b: Sequence[int], page_size: int, ne
 
 def new_tally() -> Dict[str, Any]:
     return {"trials": 0, "ok": 0, "wrong": 0, "crashed": 0, "hung": 0, "bad": 0,
-            "max_error": 0.0, "nonfinite": 0, "max_seconds_ok": 0.0, "examples": []}
+            "max_error": 0.0, "nonfinite": 0, "max_seconds_ok": 0.0,
+            "peak_reserved_mib": 0.0, "examples": []}
 
 
 def add_result(tally: Dict[str, Any], result: Dict[str, Any], keep_examples: int = 5) -> None:
@@ -167,6 +312,9 @@ def add_result(tally: Dict[str, Any], result: Dict[str, Any], keep_examples: int
                                      | {"outcome": outcome})
     if outcome == "ok" and isinstance(result.get("seconds"), (int, float)):
         tally["max_seconds_ok"] = max(tally["max_seconds_ok"], float(result["seconds"]))
+    if isinstance(result.get("peak_reserved_mib"), (int, float)):
+        tally["peak_reserved_mib"] = max(tally.get("peak_reserved_mib", 0.0),
+                                         float(result["peak_reserved_mib"]))
     err = result.get("max_error")
     if isinstance(err, (int, float)):
         if err != err or err in (float("inf"), float("-inf")):
@@ -182,6 +330,8 @@ def merge_tallies(tallies: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
             total[key] += t[key]
         total["max_error"] = max(total["max_error"], t["max_error"])
         total["max_seconds_ok"] = max(total["max_seconds_ok"], t.get("max_seconds_ok", 0.0))
+        total["peak_reserved_mib"] = max(total["peak_reserved_mib"],
+                                         t.get("peak_reserved_mib", 0.0))
     del total["examples"]
     return total
 
@@ -265,9 +415,11 @@ def run_trials(make_argv: Callable[[List[int]], Sequence[str]], trial_ids: Seque
 
     make_argv(ids) gives the command of a child that runs those trials in order, printing
     `@@race START {"trial": i}` before and `@@race RESULT {"trial": i, "outcome": ...}` after
-    each one (`@@race FATAL {"reason": ...}` when it cannot run at all). A child that dies or
-    stops answering is replaced by one for the trials not yet done. Raises CheckUnavailable
-    when children keep failing before any trial starts.
+    each one (`@@race FATAL {"reason": ..., "kind": ...}` when it cannot run at all). A child
+    that dies or stops answering is replaced by one for the trials not yet done. Raises
+    CheckUnavailable when children keep failing before any trial starts, and on an
+    out-of-memory error (a FATAL, a crashed RESULT or a dead child's stderr saying so): that
+    is the room left beside the engine, not a bad trial.
     """
     pending = list(trial_ids)
     results: List[Dict[str, Any]] = []
@@ -287,6 +439,7 @@ def run_trials(make_argv: Callable[[List[int]], Sequence[str]], trial_ids: Seque
         deadline = started_at + startup_timeout
         progressed = False
         fatal: str | None = None
+        fatal_kind: str | None = None
         while True:
             kind, payload = child.next_event(deadline - time.monotonic())
             if kind == "START":
@@ -295,6 +448,11 @@ def run_trials(make_argv: Callable[[List[int]], Sequence[str]], trial_ids: Seque
                 deadline = trial_start + hang_timeout
             elif kind == "RESULT":
                 result = dict(payload)
+                if result.get("outcome") == "crashed" and is_out_of_memory(
+                        str(result.get("reason", ""))):
+                    child.kill()
+                    child.stderr_tail()
+                    raise CheckUnavailable(oom_message(result["reason"]), "out-of-memory")
                 result.setdefault("trial", inflight)
                 if inflight is not None:
                     result.setdefault("seconds", round(time.monotonic() - trial_start, 4))
@@ -304,6 +462,7 @@ def run_trials(make_argv: Callable[[List[int]], Sequence[str]], trial_ids: Seque
                 deadline = time.monotonic() + hang_timeout
             elif kind == "FATAL":
                 fatal = (payload or {}).get("reason", "child reported a fatal error")
+                fatal_kind = (payload or {}).get("kind")
                 child.kill()
                 child.stderr_tail()
                 break
@@ -321,6 +480,8 @@ def run_trials(make_argv: Callable[[List[int]], Sequence[str]], trial_ids: Seque
             elif kind == "eof":
                 code = child.wait()
                 tail = child.stderr_tail()
+                if is_out_of_memory(tail):
+                    raise CheckUnavailable(oom_message(tail[-300:]), "out-of-memory")
                 if inflight is not None:
                     record({"trial": inflight, "outcome": "crashed",
                             "reason": describe_exit(code) + (f": {tail[-300:]}" if tail else "")})
@@ -331,7 +492,11 @@ def run_trials(make_argv: Callable[[List[int]], Sequence[str]], trial_ids: Seque
                 break
             # other kinds (INFO, ...) are ignored here
         if fatal is not None:
-            raise CheckUnavailable(fatal)
+            if fatal_kind is None and is_out_of_memory(fatal):
+                fatal_kind = "out-of-memory"
+            if fatal_kind == "out-of-memory":
+                fatal = oom_message(fatal)
+            raise CheckUnavailable(fatal, fatal_kind)
         fruitless = 0 if progressed else fruitless + 1
         if fruitless >= max_fruitless:
             raise CheckUnavailable("children keep ending without running a trial")
@@ -350,7 +515,12 @@ def run_probe(argv: Sequence[str], timeout: float, env: Dict[str, str] | None = 
         elif kind == "FATAL":
             child.kill()
             child.stderr_tail()
-            raise CheckUnavailable((payload or {}).get("reason", "probe failed"))
+            reason = (payload or {}).get("reason", "probe failed")
+            fatal_kind = (payload or {}).get("kind")
+            if fatal_kind == "out-of-memory" or (fatal_kind is None
+                                                 and is_out_of_memory(reason)):
+                raise CheckUnavailable(oom_message(reason), "out-of-memory")
+            raise CheckUnavailable(reason, fatal_kind)
         elif kind == "timeout":
             child.kill()
             raise CheckUnavailable(f"probe did not finish within {timeout:g} s: "
@@ -359,6 +529,8 @@ def run_probe(argv: Sequence[str], timeout: float, env: Dict[str, str] | None = 
             code = child.wait()
             tail = child.stderr_tail()
             if info is None or code != 0:
+                if is_out_of_memory(tail):
+                    raise CheckUnavailable(oom_message(tail[-300:]), "out-of-memory")
                 raise CheckUnavailable(f"probe {describe_exit(code)}: {tail}")
             return info
 
@@ -383,8 +555,7 @@ def _fmt_tally(t: Dict[str, Any]) -> str:
 
 
 def summary_line(report: Dict[str, Any]) -> str:
-    path = ("tensor-core" if report.get("geometry", {}).get("use_tensor_cores")
-            else "CUDA-core")
+    path = decode_path_name(report.get("geometry", DEFAULT_GEOMETRY))
     head = (f"race_check: FlashInfer {report.get('flashinfer_version', '?')} {path} decode "
             f"(patch: {report.get('patch', {}).get('status', 'unknown')}) "
             f"on {report.get('gpu', '?')} (driver {report.get('driver', '?')})")
@@ -461,10 +632,24 @@ def _is_gpu_fault(exc: BaseException) -> bool:
         "unspecified launch", "ecc error"))
 
 
+PINNED_REFUSAL = ("refused: the installed FlashInfer's plan buffer is pinned (not patched): its "
+                  "trials would provoke the race (illegal memory accesses, Xid 31) on this GPU; "
+                  "only with --allow-pinned, on a GPU that serves nothing")
+
+
+def _fatal_payload(exc: BaseException) -> Dict[str, Any]:
+    """FATAL line of a child: the reason and, for out-of-memory or a refusal, its kind."""
+    if isinstance(exc, CheckUnavailable):
+        return {"reason": str(exc), "kind": exc.kind}
+    reason = f"{type(exc).__name__}: {exc}"[:800]
+    return {"reason": reason, "kind": "out-of-memory" if is_out_of_memory(exc) else None}
+
+
 class _Env:
     """torch, flashinfer and the buffers one child reuses across trials."""
 
-    def __init__(self, geometry: Dict[str, Any]):
+    def __init__(self, geometry: Dict[str, Any], allow_pinned: bool = False,
+                 pages: int = 4096):
         import torch
 
         if not torch.cuda.is_available():
@@ -474,23 +659,32 @@ class _Env:
         self.torch = torch
         self.flashinfer = flashinfer
         self.g = geometry
+        self.allow_pinned = allow_pinned
         self.dtype = getattr(torch, geometry["dtype"])
         self.device = torch.device("cuda", torch.cuda.current_device())
-        self.float_ws = torch.empty(int(geometry["workspace_mib"]) << 20, dtype=torch.uint8,
-                                    device=self.device)
+        self.capability = tuple(torch.cuda.get_device_capability(self.device))
+        self.pages = max(int(pages), 1)
         self.cache = None
+        # vLLM zeroes its workspace too (FlashInfer: "must be initialized to 0 for its first use")
+        self.float_ws = torch.zeros(int(geometry["workspace_mib"]) << 20, dtype=torch.uint8,
+                                    device=self.device)
 
     def wrapper(self, mode: str):
         torch = self.torch
+        if mode not in MODES:
+            raise ValueError(mode)
+        if mode == "pinned" and not self.allow_pinned:
+            raise CheckUnavailable("refused: pinned trials provoke the race on purpose; only "
+                                   "with --allow-pinned, on a GPU that serves nothing", "refused")
         w = self.flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            self.float_ws, self.g["kv_layout"], use_tensor_cores=bool(self.g["use_tensor_cores"]))
+            self.float_ws, self.g["kv_layout"], **decode_wrapper_kwargs(self.g, self.capability))
         installed = w._pin_memory_int_workspace_buffer
+        if mode == "installed" and installed.is_pinned() and not self.allow_pinned:
+            raise CheckUnavailable(PINNED_REFUSAL, "refused")  # before any plan() ran
         if mode == "pinned":
             # In memory only: the same shape and dtype, page-locked, as upstream allocates it.
             w._pin_memory_int_workspace_buffer = torch.empty(
                 installed.shape, dtype=installed.dtype, pin_memory=True, device="cpu")
-        elif mode != "installed":
-            raise ValueError(mode)
         return w
 
     def warm(self, w) -> None:
@@ -501,16 +695,18 @@ class _Env:
                              device=self.device)
         self.plan(w, table)
         w.run(q, cache)
+        self.torch.cuda.synchronize()
         self.reference(q, cache, table)  # cuBLAS and friends initialise here, not in a trial
-        self.kv_cache(4096, None)
         self.torch.cuda.synchronize()
 
     def kv_cache(self, num_pages: int, gen):
+        """A view of num_pages pages of one cache allocated once (for the largest trial)."""
         torch, g = self.torch, self.g
         shape = (num_pages, 2, g["page_size"], g["num_kv_heads"], g["head_dim"])
         if self.cache is None or self.cache.shape[0] < num_pages:
-            self.cache = torch.empty((max(num_pages, 4096),) + shape[1:], dtype=self.dtype,
-                                     device=self.device)
+            self.cache = None  # release the smaller one before allocating the larger
+            self.cache = torch.empty((max(num_pages, self.pages),) + shape[1:],
+                                     dtype=self.dtype, device=self.device)
         view = self.cache[:num_pages]
         view.normal_(generator=gen)
         return view
@@ -518,32 +714,38 @@ class _Env:
     def plan(self, w, table) -> None:
         torch, g = self.torch, self.g
         indptr, indices, last = table
+        kwargs = plan_kwargs(g)
+        for key in ("q_data_type", "kv_data_type", "o_data_type"):
+            kwargs[key] = getattr(torch, kwargs[key])
         w.plan(
             torch.tensor(indptr, dtype=torch.int32),
             torch.tensor(indices, dtype=torch.int32),
             torch.tensor(last, dtype=torch.int32),
-            g["num_qo_heads"], g["num_kv_heads"], g["head_dim"], g["page_size"],
-            pos_encoding_mode="NONE", q_data_type=self.dtype, kv_data_type=self.dtype,
-        )
+            g["num_qo_heads"], g["num_kv_heads"], g["head_dim"], g["page_size"], **kwargs)
 
     def reference(self, q, cache, table):
-        """float32 attention of each request over its pages (GQA, softmax scale 1/sqrt(d))."""
+        """float32 attention of each request over its pages (GQA, softmax scale 1/sqrt(d)).
+
+        Query head h reads KV head h // group, as FlashInfer does; computed per KV head, so no
+        copy of K and V is widened to the query heads (keeps the check's memory small).
+        """
         torch, g = self.torch, self.g
         indptr, indices, last = table
-        group = g["num_qo_heads"] // g["num_kv_heads"]
-        scale = g["head_dim"] ** -0.5
+        kvh, d = g["num_kv_heads"], g["head_dim"]
+        group = g["num_qo_heads"] // kvh
+        scale = d ** -0.5
         outs = []
         idx = torch.tensor(indices, dtype=torch.long, device=self.device)
         for i in range(len(last)):
             pages = idx[indptr[i]:indptr[i + 1]]
             n = (len(pages) - 1) * g["page_size"] + last[i]
-            kv = cache[pages].float()  # (pages, 2, page, kv_heads, d)
-            k = kv[:, 0].reshape(-1, g["num_kv_heads"], g["head_dim"])[:n]
-            v = kv[:, 1].reshape(-1, g["num_kv_heads"], g["head_dim"])[:n]
-            k = k.repeat_interleave(group, dim=1)
-            v = v.repeat_interleave(group, dim=1)
-            s = torch.einsum("hd,nhd->hn", q[i].float(), k) * scale
-            outs.append(torch.einsum("hn,nhd->hd", torch.softmax(s, dim=-1), v))
+            kv = cache[pages]  # (pages, 2, page, kv_heads, d)
+            k = kv[:, 0].reshape(-1, kvh, d)[:n].float()
+            v = kv[:, 1].reshape(-1, kvh, d)[:n].float()
+            qi = q[i].float().reshape(kvh, group, d)
+            s = torch.einsum("kgd,nkd->kgn", qi, k) * scale
+            outs.append(torch.einsum("kgn,nkd->kgd", torch.softmax(s, dim=-1), v)
+                        .reshape(g["num_qo_heads"], d))
         return torch.stack(outs)
 
     def split_kv(self, w) -> bool | None:
@@ -552,6 +754,13 @@ class _Env:
             return bool(int(list(info)[9]))
         except (TypeError, ValueError, IndexError):
             return None
+
+    def peak_mib(self) -> float:
+        return round(self.torch.cuda.max_memory_reserved(self.device) / (1 << 20), 1)
+
+    def device_mib(self) -> Dict[str, float]:
+        free, total = self.torch.cuda.mem_get_info(self.device)
+        return {"free": round(free / (1 << 20), 1), "total": round(total / (1 << 20), 1)}
 
 
 def _trial(env: _Env, w, seed: int, scenario: str, trial: int) -> Dict[str, Any]:
@@ -585,7 +794,8 @@ def _trial(env: _Env, w, seed: int, scenario: str, trial: int) -> Dict[str, Any]
     exact = bool(torch.equal(out_a, alone))
     err = float((out_a.float() - ref).abs().max().item())
     err_alone = float((alone.float() - ref).abs().max().item())
-    result = {"trial": trial, "max_error": err, "alone_error": err_alone, "bit_exact": exact}
+    result = {"trial": trial, "max_error": err, "alone_error": err_alone, "bit_exact": exact,
+              "peak_reserved_mib": env.peak_mib()}
     if exact and err_alone <= g["tolerance"]:
         result["outcome"] = "ok"
     else:
@@ -598,47 +808,76 @@ def _trial(env: _Env, w, seed: int, scenario: str, trial: int) -> Dict[str, Any]
 
 def child_main(spec: Dict[str, Any]) -> int:
     """Run the trials named in spec; protocol lines on stdout (see run_trials)."""
+    allow = bool(spec.get("allow_pinned"))
+    if spec.get("mode") == "pinned" and not allow:
+        # Refused before torch is even imported: a pinned trial provokes the race.
+        _emit("FATAL", {"reason": "refused: pinned trials need --allow-pinned",
+                        "kind": "refused"})
+        return EXIT_UNAVAILABLE
     try:
-        env = _Env(spec["geometry"])
+        env = _Env(spec["geometry"], allow_pinned=allow,
+                   pages=max_pages(spec["geometry"], [spec["scenario"]]))
         w = env.wrapper(spec["mode"])
         env.warm(w)
-    except CheckUnavailable as exc:
-        _emit("FATAL", {"reason": str(exc)})
-        return EXIT_UNAVAILABLE
-    except Exception as exc:  # import or build errors: the check cannot run here
-        _emit("FATAL", {"reason": f"{type(exc).__name__}: {exc}"[:800]})
+    except Exception as exc:  # import or build errors, out of memory: cannot run here
+        _emit("FATAL", _fatal_payload(exc))
         return EXIT_UNAVAILABLE
     for trial in spec["trials"]:
         _emit("START", {"trial": trial})
         try:
             result = _trial(env, w, spec["seed"], spec["scenario"], trial)
         except Exception as exc:
+            if is_out_of_memory(exc):  # before the fault test: its text says "CUDA" too
+                _emit("FATAL", _fatal_payload(exc))
+                return EXIT_UNAVAILABLE
             if _is_gpu_fault(exc):
                 _emit("RESULT", {"trial": trial, "outcome": "crashed",
                                  "reason": f"{type(exc).__name__}: {exc}"[:300]})
                 os._exit(3)  # the CUDA context is gone; leave without touching it again
-            _emit("FATAL", {"reason": f"{type(exc).__name__}: {exc}"[:800]})
+            _emit("FATAL", _fatal_payload(exc))
             return EXIT_UNAVAILABLE
         _emit("RESULT", result)
     return EXIT_OK
 
 
 def probe_main(spec: Dict[str, Any]) -> int:
-    """Import, build the wrapper, load the kernels and run one plan+run per scenario."""
+    """Import, build the wrapper, check the room and the buffer, run one plan+run per scenario.
+
+    Nothing is planned before the installed buffer's pinning is known: a pinned buffer is
+    refused here unless spec["allow_pinned"]. Each plan+run is synchronised before the next
+    plan, so even a pinned buffer cannot race in the probe.
+    """
     try:
-        env = _Env(spec["geometry"])
+        allow = bool(spec.get("allow_pinned"))
+        env = _Env(spec["geometry"], allow_pinned=True,
+                   pages=max_pages(spec["geometry"], spec["scenarios"]))
         torch = env.torch
+        need = memory_estimate_mib(env.g, spec["scenarios"])
+        room = env.device_mib()
+        held = torch.cuda.memory_reserved(env.device) / (1 << 20)  # the workspace, so far
+        if room["free"] < need - held:
+            raise CheckUnavailable(
+                f"out of GPU memory: {room['free']:.0f} MiB free of {room['total']:.0f} MiB "
+                f"after this process's CUDA context and workspace; the check needs about "
+                f"{need - held:.0f} MiB more ({need} MiB in all)", "out-of-memory")
         w = env.wrapper("installed")
         buf = w._pin_memory_int_workspace_buffer
+        pinned = bool(buf.is_pinned())
+        if pinned and not allow:
+            raise CheckUnavailable(PINNED_REFUSAL, "refused")
         info: Dict[str, Any] = {
             "flashinfer_version": getattr(env.flashinfer, "__version__", "?"),
             "flashinfer_path": str(Path(env.flashinfer.__file__).parent),
             "torch_version": torch.__version__,
             "cuda_runtime": torch.version.cuda,
             "gpu": torch.cuda.get_device_name(env.device),
-            "capability": "{}.{}".format(*torch.cuda.get_device_capability(env.device)),
-            "installed_buffer_pinned": bool(buf.is_pinned()),
+            "capability": "{}.{}".format(*env.capability),
+            "installed_buffer_pinned": pinned,
             "installed_buffer_bytes": int(buf.numel() * buf.element_size()),
+            "decode_wrapper_kwargs": decode_wrapper_kwargs(env.g, env.capability),
+            "plan_kwargs": plan_kwargs(env.g),
+            "memory": {"estimate_mib": need, "free_mib_at_start": room["free"],
+                       "total_mib": room["total"]},
             "split_kv": {},
         }
         for name in spec["scenarios"]:
@@ -653,17 +892,17 @@ def probe_main(spec: Dict[str, Any]) -> int:
                 q = torch.randn((len(lens), env.g["num_qo_heads"], env.g["head_dim"]),
                                 dtype=env.dtype, device=env.device)
                 w.run(q, cache)
+                torch.cuda.synchronize()
                 flags.append(env.split_kv(w))
-            torch.cuda.synchronize()
             info["split_kv"][name] = flags
-        backend = getattr(w, "resolved_backend", None)
+        backend = getattr(w, "resolved_backend", None) or getattr(w, "_backend", None)
         if isinstance(backend, str):
             info["backend"] = backend
-    except CheckUnavailable as exc:
-        _emit("FATAL", {"reason": str(exc)})
-        return EXIT_UNAVAILABLE
+        end = env.device_mib()
+        info["memory"].update(peak_reserved_mib=env.peak_mib(),
+                              device_used_mib_at_end=round(end["total"] - end["free"], 1))
     except Exception as exc:
-        _emit("FATAL", {"reason": f"{type(exc).__name__}: {exc}"[:800]})
+        _emit("FATAL", _fatal_payload(exc))
         return EXIT_UNAVAILABLE
     _emit("INFO", info)
     return EXIT_OK
@@ -696,10 +935,14 @@ def bench_main(spec: Dict[str, Any]) -> int:
     the pinned buffer cannot be overwritten with different bytes); plan on a busy stream (host
     time: does plan() wait for the stream?). Times in microseconds.
     """
+    if not spec.get("allow_pinned"):
+        _emit("FATAL", {"reason": "refused: the bench runs a pinned buffer; needs --allow-pinned",
+                        "kind": "refused"})
+        return EXIT_UNAVAILABLE
     try:
-        env = _Env(spec["geometry"])
+        env = _Env(spec["geometry"], allow_pinned=True)
     except Exception as exc:
-        _emit("FATAL", {"reason": f"{type(exc).__name__}: {exc}"[:800]})
+        _emit("FATAL", _fatal_payload(exc))
         return EXIT_UNAVAILABLE
     torch, g = env.torch, env.g
     wrappers = {mode: env.wrapper(mode) for mode in MODES}
@@ -795,6 +1038,19 @@ def _shards(ids: Sequence[int], jobs: int) -> List[List[int]]:
     return [list(ids[i::jobs]) for i in range(jobs)] if ids else []
 
 
+def bench_only_refusal(args: argparse.Namespace) -> str:
+    """Why these arguments are refused on a GPU that may serve ("" when they are not)."""
+    if getattr(args, "allow_pinned", False):
+        return ""
+    flags = [f for f, on in (("--compare", args.compare), ("--bench", args.bench)) if on]
+    if not flags:
+        return ""
+    return (f"refused: {' and '.join(flags)} run(s) FlashInfer with a pinned plan buffer, which "
+            "provokes the race on purpose (illegal memory accesses, Xid 31 in the kernel log): "
+            "a bench tool; add --allow-pinned only on a GPU that serves nothing. On a rig run "
+            "without them: the installed FlashInfer's trials only")
+
+
 def run_check(args: argparse.Namespace, log: Callable[[str], None],
               checkpoint: Callable[[Dict[str, Any]], None] = lambda report: None
               ) -> Dict[str, Any]:
@@ -809,12 +1065,18 @@ def run_check(args: argparse.Namespace, log: Callable[[str], None],
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         raise SystemExit(f"unknown scenario(s) {unknown}; known: {sorted(SCENARIOS)}")
+    allow_pinned = bool(getattr(args, "allow_pinned", False))
     modes = ["installed", "pinned"] if args.compare else ["installed"]
     report: Dict[str, Any] = {
         "tool": "race_check", "geometry": geometry, "seed": args.seed,
         "trials_per_scenario": args.trials, "modes": modes,
+        "use": "bench" if allow_pinned else "rig",
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    refused = bench_only_refusal(args)
+    if refused:  # before anything touches the GPU
+        report["unavailable"], report["unavailable_kind"] = refused, "refused"
+        return report
     report.update(gpu_facts())
     try:
         from importlib import metadata
@@ -827,19 +1089,21 @@ def run_check(args: argparse.Namespace, log: Callable[[str], None],
     report["patch"] = patch_status(patcher, None)
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    base = {"geometry": geometry, "seed": args.seed}
+    base = {"geometry": geometry, "seed": args.seed, "allow_pinned": allow_pinned}
     try:
         info = run_probe(_self_argv("--probe-child", dict(base, scenarios=scenarios)),
                          args.startup_timeout, env=env)
     except CheckUnavailable as exc:
         report["unavailable"] = str(exc)
+        report["unavailable_kind"] = exc.kind
         return report
     for key, value in info.items():
         if key not in report or key == "flashinfer_version":  # nvidia-smi's GPU name wins
             report[key] = value
     log(f"probe: FlashInfer {info.get('flashinfer_version')} on {info.get('gpu')}, "
         f"installed buffer pinned={info.get('installed_buffer_pinned')}, "
-        f"split-KV {info.get('split_kv')}")
+        f"wrapper {info.get('decode_wrapper_kwargs')} (backend {info.get('backend')}), "
+        f"split-KV {info.get('split_kv')}, memory {info.get('memory')}")
 
     if args.bench:
         spec = dict(base, batches=args.bench_batches, repeats=args.bench_repeats,
@@ -898,6 +1162,7 @@ def run_check(args: argparse.Namespace, log: Callable[[str], None],
                     f"[{time.monotonic() - t_start:.0f} s]")
     except CheckUnavailable as exc:
         report["unavailable"] = str(exc)
+        report["unavailable_kind"] = exc.kind
         return report
     report.pop("partial", None)
     if args.trials > 0:
@@ -936,12 +1201,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", default=",".join(SCENARIOS),
                    help="comma-separated, from: " + ", ".join(SCENARIOS))
     p.add_argument("--compare", action="store_true",
-                   help="also run every trial with a pinned buffer swapped in (in memory)")
-    p.add_argument("--bench", action="store_true", help="time plan/run, pinned vs installed")
+                   help="bench only (needs --allow-pinned): also run every trial with a pinned "
+                   "buffer swapped in (in memory)")
+    p.add_argument("--bench", action="store_true",
+                   help="bench only (needs --allow-pinned): time plan/run, pinned vs installed")
+    p.add_argument("--allow-pinned", action="store_true",
+                   help="this GPU serves nothing and may fault: allow --compare, --bench and "
+                   "trials on an unpatched (pinned) FlashInfer")
     p.add_argument("--json", action="store_true",
                    help="print the JSON report on stdout (the readable line goes to stderr)")
     p.add_argument("--out", help="also write the JSON report to this file")
-    p.add_argument("--jobs", type=int, default=4, help="child processes at a time")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="child processes at a time (each one a CUDA context and about "
+                   "memory_estimate_mib() of GPU memory)")
     p.add_argument("--hang-timeout", type=float, default=10.0, help="seconds per trial")
     p.add_argument("--startup-timeout", type=float, default=600.0,
                    help="seconds for a child to import and load (or JIT-build) the kernels")
@@ -954,9 +1226,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--page-size", type=int, dest="page_size")
     p.add_argument("--min-len", type=int, dest="min_len")
     p.add_argument("--max-len", type=int, dest="max_len")
-    p.add_argument("--tensor-cores", action="store_true", dest="use_tensor_cores", default=None,
-                   help="build the wrapper with use_tensor_cores=True (vLLM's path for GQA "
-                   "groups above 4)")
+    p.add_argument("--tensor-cores", action="store_const", const=True, dest="use_tensor_cores",
+                   default=None, help="use_tensor_cores=True: vLLM's decode path, the default")
+    p.add_argument("--cuda-cores", action="store_const", const=False, dest="use_tensor_cores",
+                   help="bench comparison: the CUDA-core decode kernel (not what vLLM runs)")
     p.add_argument("--stall-cycles", type=int, dest="stall_cycles",
                    help="GPU cycles of torch.cuda._sleep queued before plan A")
     p.add_argument("--bench-batches", type=lambda s: [int(x) for x in s.split(",")],

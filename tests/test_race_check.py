@@ -360,8 +360,17 @@ FAKE_SELF = textwrap.dedent(
                       "split_kv": {}})
     elif flag == "--trial-child":
         bad_installed = os.environ.get("DOUBLE_INSTALLED_BAD") == "1"
+        oom = os.environ.get("DOUBLE_OOM")
         for tid in spec["trials"]:
             emit("START", {"trial": tid})
+            if oom == "result":
+                emit("RESULT", {"trial": tid, "outcome": "crashed", "reason":
+                                "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"})
+                os._exit(3)
+            if oom == "stderr":
+                sys.stderr.write("torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                                 "allocate 2.00 GiB\\n")
+                sys.exit(1)
             if spec["mode"] == "pinned" and tid == 1:
                 os.kill(os.getpid(), signal.SIGSEGV)
             bad = spec["mode"] == "pinned" or (bad_installed and tid == 0)
@@ -388,7 +397,8 @@ def doubled_self(tmp_path, monkeypatch):
 
 def test_cli_compare_and_bench_report(doubled_self, capsys):
     out = doubled_self / "report.json"
-    code = rc.main(["--trials", "3", "--compare", "--bench", "--jobs", "2", "--quiet",
+    code = rc.main(["--trials", "3", "--compare", "--bench", "--allow-pinned", "--jobs", "2",
+                    "--quiet",
                     "--patcher", str(doubled_self / "absent.py"), "--out", str(out)])
     assert code == 0
     report = json.loads(out.read_text())
@@ -447,3 +457,322 @@ def test_module_imports_without_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.stdout.split() == ["False", "False"]
+
+
+# ------------------------------------------------------------------ rig use against bench use
+#
+# Doubles of torch and flashinfer (no GPU here) on the children's PYTHONPATH, so race_check.py
+# runs end to end with its own probe and trial children: the flashinfer double logs how the
+# wrapper is built and planned; knobs (environment) make the buffer pinned, the GPU nearly
+# full or a trial's allocation fail as torch does.
+
+TORCH_DOUBLE = textwrap.dedent(
+    '''
+    """torch double for race_check's children: permissive tensors, a GPU that is not there."""
+    import os
+
+    __version__ = "0.0-double"
+
+
+    class _Dtype:
+        def __init__(self, name, size):
+            self.name, self.size = name, size
+
+        def __repr__(self):
+            return "torch." + self.name
+
+
+    uint8, int32, long = _Dtype("uint8", 1), _Dtype("int32", 4), _Dtype("int64", 8)
+    bfloat16, float16, float32 = _Dtype("bfloat16", 2), _Dtype("float16", 2), _Dtype("float32", 4)
+
+
+    class version:
+        cuda = "0.0-double"
+
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+
+    class Tensor:
+        def __init__(self, shape=(1,), dtype=None, pinned=False):
+            self.shape, self.dtype, self._pinned = tuple(shape), dtype or float32, pinned
+
+        def numel(self):
+            n = 1
+            for d in self.shape:
+                n *= d
+            return n
+
+        def element_size(self):
+            return self.dtype.size
+
+        def is_pinned(self):
+            return self._pinned
+
+        def __len__(self):
+            return self.shape[0] if self.shape else 1
+
+        def __getitem__(self, key):
+            return self
+
+        def __getattr__(self, name):
+            return lambda *a, **k: self
+
+        def __float__(self):
+            return 0.0
+
+        def __bool__(self):
+            return True
+
+        def __mul__(self, other):
+            return self
+
+        __rmul__ = __add__ = __sub__ = __truediv__ = __mul__
+
+
+    def _shape(shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            return tuple(shape[0])
+        return tuple(shape)
+
+
+    def empty(*shape, dtype=None, device=None, pin_memory=False, **kw):
+        return Tensor(_shape(shape), dtype, pinned=pin_memory)
+
+
+    zeros = empty
+
+
+    def tensor(data, dtype=None, device=None):
+        return Tensor((len(data),), dtype)
+
+
+    def randn(shape, dtype=None, device=None, generator=None):
+        if generator is not None and os.environ.get("TORCH_DOUBLE_OOM") == "trial":
+            raise OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has "
+                                   "a total capacity of 23.56 GiB of which 18.00 MiB is free.")
+        return Tensor(shape, dtype)
+
+
+    class Generator:
+        def __init__(self, device=None):
+            pass
+
+        def manual_seed(self, seed):
+            return self
+
+
+    def device(kind, index=0):
+        return f"{kind}:{index}"
+
+
+    def __getattr__(name):  # einsum, softmax, stack, equal, ...
+        return lambda *a, **k: Tensor()
+
+
+    class cuda:
+        OutOfMemoryError = OutOfMemoryError
+
+        @staticmethod
+        def is_available():
+            return True
+
+        @staticmethod
+        def current_device():
+            return 0
+
+        @staticmethod
+        def get_device_capability(dev=None):
+            return (8, 6)
+
+        @staticmethod
+        def get_device_name(dev=None):
+            return "GPU double"
+
+        @staticmethod
+        def synchronize():
+            pass
+
+        @staticmethod
+        def _sleep(cycles):
+            pass
+
+        @staticmethod
+        def mem_get_info(dev=None):
+            free = int(os.environ.get("TORCH_DOUBLE_FREE_MIB", "20000"))
+            return free << 20, 24576 << 20
+
+        @staticmethod
+        def memory_reserved(dev=None):
+            return 136 << 20
+
+        max_memory_reserved = memory_reserved
+    '''
+)
+
+FLASHINFER_DOUBLE = textwrap.dedent(
+    '''
+    """flashinfer double: logs how race_check builds and plans the decode wrapper."""
+    import json, os
+    import torch
+
+    __version__ = "0.0-double"
+
+
+    def _log(event, **fields):
+        with open(os.environ["FI_DOUBLE_LOG"], "a") as f:
+            f.write(json.dumps(dict(fields, event=event, pid=os.getpid()), default=repr) + "\\n")
+
+
+    class BatchDecodeWithPagedKVCacheWrapper:
+        def __init__(self, float_workspace_buffer, kv_layout="NHD", **kwargs):
+            _log("init", kv_layout=kv_layout, kwargs=kwargs)
+            pinned = os.environ.get("FI_DOUBLE_PINNED") == "1"  # upstream; patched: False
+            self._pin_memory_int_workspace_buffer = torch.empty(
+                (8 * 1024 * 1024,), dtype=torch.uint8, pin_memory=pinned, device="cpu")
+
+        def plan(self, indptr, indices, last_page_len, *sizes, **kwargs):
+            _log("plan", sizes=list(sizes), kwargs=kwargs,
+                 buffer_pinned=self._pin_memory_int_workspace_buffer.is_pinned())
+            self._plan_info = [0] * 9 + [1]
+
+        def run(self, q, paged_kv_cache, **kwargs):
+            return torch.Tensor(q.shape)
+    '''
+)
+
+
+@pytest.fixture()
+def gpu_doubles(tmp_path):
+    """PYTHONPATH with the torch and flashinfer doubles, and the flashinfer double's log."""
+    doubles = tmp_path / "gpu-doubles"
+    (doubles / "flashinfer").mkdir(parents=True)
+    (doubles / "torch.py").write_text(TORCH_DOUBLE)
+    (doubles / "flashinfer" / "__init__.py").write_text(FLASHINFER_DOUBLE)
+    log = tmp_path / "flashinfer-double.log"
+
+    def run(*args, **knobs):
+        env = dict(os.environ, PYTHONPATH=str(doubles), FI_DOUBLE_LOG=str(log), **knobs)
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--quiet", "--json",
+                               "--patcher", str(tmp_path / "absent.py"), *args],
+                              capture_output=True, text=True, timeout=120, env=env)
+        events = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        return proc, report, events
+
+    return run
+
+
+def test_rig_run_builds_the_wrapper_as_vllm_does(gpu_doubles):
+    proc, report, events = gpu_doubles("--trials", "2", "--scenarios", "batch4-then-8")
+    assert proc.returncode == 0, proc.stderr
+    inits = [e for e in events if e["event"] == "init"]
+    assert inits and all(e["kwargs"] == {"use_tensor_cores": True, "backend": "fa2"}
+                         for e in inits)  # the double's GPU is an SM86, like a rig's 3090
+    plans = [e for e in events if e["event"] == "plan"]
+    assert plans and all(e["sizes"] == [12, 2, 256, 16] for e in plans)
+    assert all(e["kwargs"] == {
+        "pos_encoding_mode": "NONE", "window_left": -1, "logits_soft_cap": None,
+        "q_data_type": "torch.bfloat16", "kv_data_type": "torch.bfloat16",
+        "o_data_type": "torch.bfloat16", "sm_scale": 1 / 16, "non_blocking": True,
+        "fixed_split_size": -1, "disable_split_kv": False} for e in plans)
+    assert report["modes"] == ["installed"] and "pinned" not in report["totals"]
+    assert report["totals"]["installed"] == dict(report["totals"]["installed"], trials=2, ok=2)
+    assert "tensor-core (fa2, as vLLM)" in report["summary"]
+
+
+def test_rig_run_never_plans_on_a_pinned_installed_buffer(gpu_doubles):
+    # An unpatched FlashInfer in the serving image: its trials would provoke the race there.
+    proc, report, events = gpu_doubles("--trials", "2", FI_DOUBLE_PINNED="1")
+    assert proc.returncode == 2, proc.stderr
+    assert report["unavailable_kind"] == "refused" and "pinned" in report["unavailable"]
+    assert [e for e in events if e["event"] == "plan"] == []
+    assert "could not run: refused" in proc.stderr
+
+
+def test_bench_may_run_an_unpatched_flashinfer(gpu_doubles):
+    proc, report, events = gpu_doubles("--trials", "1", "--scenarios", "mtp-next-step",
+                                       "--allow-pinned", FI_DOUBLE_PINNED="1")
+    assert proc.returncode == 0, proc.stderr
+    assert any(e["event"] == "plan" and e["buffer_pinned"] for e in events)
+
+
+def test_compare_is_refused_on_a_rig_before_touching_the_gpu(gpu_doubles):
+    for flags in (["--compare"], ["--bench"], ["--compare", "--bench"]):
+        proc, report, events = gpu_doubles("--trials", "2", *flags)
+        assert proc.returncode == 2, (flags, proc.stderr)
+        assert report["unavailable_kind"] == "refused", flags
+        assert "--allow-pinned" in report["unavailable"]
+        assert events == []  # no child: not even the probe imported flashinfer
+
+
+def test_child_refuses_pinned_trials_without_the_bench_flag(capsys):
+    spec = {"geometry": GEOMETRY, "seed": 1, "mode": "pinned", "scenario": "batch4-then-8",
+            "trials": [0]}
+    assert rc.child_main(spec) == 2
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("@@race FATAL ")
+    assert json.loads(line[len("@@race FATAL "):])["kind"] == "refused"
+
+
+def test_out_of_memory_in_a_trial_could_not_run(gpu_doubles):
+    proc, report, _ = gpu_doubles("--trials", "3", TORCH_DOUBLE_OOM="trial")
+    assert proc.returncode == 2, proc.stderr
+    assert report["unavailable_kind"] == "out-of-memory"
+    assert "could not run: out of GPU memory" in report["summary"]
+    assert "CUDA out of memory" in report["summary"]
+    assert "totals" not in report or report["totals"]["installed"]["crashed"] == 0
+
+
+def test_too_little_free_memory_is_refused_by_the_probe(gpu_doubles):
+    proc, report, events = gpu_doubles("--trials", "3", TORCH_DOUBLE_FREE_MIB="200")
+    assert proc.returncode == 2, proc.stderr
+    assert report["unavailable_kind"] == "out-of-memory"
+    assert "200 MiB free" in report["unavailable"] and "needs about" in report["unavailable"]
+    assert [e for e in events if e["event"] == "plan"] == []
+
+
+def test_out_of_memory_is_recognised():
+    class OutOfMemoryError(RuntimeError):  # torch.cuda.OutOfMemoryError's name
+        pass
+
+    assert rc.is_out_of_memory(OutOfMemoryError("Tried to allocate 2.00 GiB"))
+    assert rc.is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 1 GiB"))
+    assert rc.is_out_of_memory("plan failed: cudaErrorMemoryAllocation")
+    assert not rc.is_out_of_memory(RuntimeError("CUDA error: an illegal memory access"))
+    assert not rc.is_out_of_memory("Unsupported group_size: 6")
+
+
+def test_out_of_memory_reported_by_a_child_is_not_a_bad_trial(doubled_self, capsys,
+                                                               monkeypatch):
+    # The child's two ways: a crashed RESULT saying OOM (the old child's way), or dying with
+    # torch's traceback on stderr.
+    for how in ("result", "stderr"):
+        monkeypatch.setenv("DOUBLE_OOM", how)
+        code = rc.main(["--trials", "3", "--quiet", "--scenarios", "batch4-then-8"])
+        line = capsys.readouterr().out.strip().splitlines()[-1]
+        assert code == 2, (how, line)
+        assert "could not run: out of GPU memory" in line, how
+
+
+def test_decode_path_is_vllms_tensor_core_path_for_a_group_of_6():
+    g = dict(GEOMETRY)
+    assert g["num_qo_heads"] // g["num_kv_heads"] == 6 and g["use_tensor_cores"] is True
+    assert rc.decode_wrapper_kwargs(g, (8, 6)) == {"use_tensor_cores": True, "backend": "fa2"}
+    assert rc.decode_wrapper_kwargs(g, (9, 0)) == {"use_tensor_cores": True, "backend": "auto"}
+    kw = rc.plan_kwargs(g)
+    assert kw["fixed_split_size"] == -1 and kw["disable_split_kv"] is False
+    assert kw["window_left"] == -1 and kw["logits_soft_cap"] is None
+    # the bench's CUDA-core comparison: FlashInfer refuses fixed_split_size there
+    cuda_cores = dict(g, use_tensor_cores=False)
+    assert rc.decode_wrapper_kwargs(cuda_cores) == {"use_tensor_cores": False}
+    assert "fixed_split_size" not in rc.plan_kwargs(cuda_cores)
+
+
+def test_memory_estimate_small_and_grows_with_the_lengths():
+    need = rc.memory_estimate_mib(GEOMETRY, rc.SCENARIOS)
+    assert 256 < need < 1024
+    assert rc.memory_estimate_mib(GEOMETRY, ["batch4-then-8"]) < need  # 12 requests, not 33
+    assert rc.memory_estimate_mib(dict(GEOMETRY, max_len=8192), rc.SCENARIOS) > need
+    assert rc.max_pages(GEOMETRY, ["batch32-then-1"]) == 33 * (4096 // 16 + 1)

@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SCENARIOS ?= default existing deploy fleet driver
 
-.PHONY: setup venv engine images lint pytest molecule test demo demo-clean
+.PHONY: setup venv engine images lint pytest molecule test demo demo-clean upstream-watch
 
 setup: venv engine images
 
@@ -56,3 +56,10 @@ demo: setup
 
 demo-clean:
 	./scripts/sim-rig.sh down
+
+# Before moving a fleet's image: what the flashinfer-python and vllm releases on the package index
+# that the patch registry has not checked mean for the patch (README, "Upstream watch").
+# WATCH_ARGS: --json, --record, --from vllm=0.27.1. Exit 0 nothing new, 3 patch still needed,
+# 4 drop_when met, 2 the patcher or flags check must learn first, 1 could not run.
+upstream-watch: venv
+	python scripts/upstream_watch.py $(WATCH_ARGS)

@@ -767,8 +767,9 @@ def record(path: Path, results: list, checked_at: str) -> dict:
         text[match.end():]
     pad = " " * indent
     block = [f"{pad}watch:",
-             f"{pad}  # scripts/upstream_watch.py --record (make upstream-watch ARGS=--record):",
-             f"{pad}  # the vLLM releases checked, and every release's last verdict.",
+             f"{pad}  # make upstream-watch WATCH_ARGS=--record (scripts/upstream_watch.py) "
+             "writes this:",
+             f"{pad}  # the vLLM releases checked and each checked release's last verdict.",
              _flow_list("vllm_versions_tested", lists[VLLM], indent + 2),
              f"{pad}  records:" + ("" if records else " []")]
     block += [f"{pad}    - {{release: {_scalar(rec['release'])}, verdict: {rec['verdict']}, "
@@ -784,8 +785,10 @@ def record(path: Path, results: list, checked_at: str) -> dict:
         while end < len(lines) and (not lines[end].strip() or lines[end].startswith(pad + " ")
                                     or lines[end].startswith(pad + "#")):
             end += 1
+        while end > start + 1 and not lines[end - 1].strip():  # keep blank lines after it
+            end -= 1
         lines[start:end] = block
-    new_text = "\n".join(lines)
+    new_text = "\n".join(lines).rstrip("\n") + "\n"
     try:
         data = yaml.safe_load(new_text)
         back = next(p for p in data["patches"] if p["id"] == PATCH_ID)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine with torch (the lent H200, or a rig inside the vLLM image): for each FlashInfer
 # in the carry folder built by build_flashinfer_slim.sh, install it with pip --target, patch its
-# decode.py ON DISK with files/patcher.py, and run files/race_check.py --compare --bench.
+# decode.py ON DISK with files/patcher.py, and run files/race_check.py --allow-pinned --compare
+# --bench (a bench machine: the pinned trials fault on purpose).
 # Writes race-<version>-<decode path>.json, patch-<version>.json and run.log into OUT (default
 # bench/results/raw). Decode paths: cuda-core (use_tensor_cores=False) and tensor-core (True).
 #
@@ -51,11 +52,12 @@ for whl in "$CARRY"/wheels/flashinfer_python-*.whl; do
     if [ "$rc" -ne 0 ]; then echo "patcher exit $rc: not running the check unpatched" >&2; exit 2; fi
     grep -n "pin_memory=" "$site/flashinfer/decode.py" | head -n 8
     for path in $paths; do
-        flag=; [ "$path" = tensor-core ] && flag=--tensor-cores
+        flag=--tensor-cores; [ "$path" = cuda-core ] && flag=--cuda-cores
         echo "== FlashInfer $v, $path decode: race_check --compare --bench" \
             "($TRIALS trials per scenario and mode)"
         # shellcheck disable=SC2086
-        "$PY" "$ROOT/files/race_check.py" --trials "$TRIALS" --compare --bench --jobs "$JOBS" \
+        "$PY" "$ROOT/files/race_check.py" --trials "$TRIALS" --allow-pinned --compare --bench \
+            --jobs "$JOBS" \
             --hang-timeout "$HANG_TIMEOUT" --bench-repeats "$BENCH_REPEATS" $flag \
             --out "$OUT/race-$v-$path.json" $EXTRA
         rc=$?

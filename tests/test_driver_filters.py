@@ -520,6 +520,48 @@ def test_kernel_following_holds_a_previous_run_left_are_found():
     assert drv.kernel_following_holds("") == []
 
 
+USER_SPACE = ["nvidia-driver", "libcuda1", "nvidia-smi", "nvidia-persistenced"]
+
+
+def test_hold_plan_sets_only_missing_holds_and_never_claims_the_owners():
+    # nvidia-driver was held by its owner before the role came to it.
+    plan = drv.driver_hold_plan(USER_SPACE, True, "nvidia-driver\nopenssl\n", [])
+    assert plan["hold"] == ["libcuda1", "nvidia-smi", "nvidia-persistenced"]
+    assert plan["release"] == []
+    assert plan["record_during"] == plan["record_after"] == [
+        "libcuda1", "nvidia-persistenced", "nvidia-smi"
+    ]
+    # The next run (libcuda1 printed with its architecture, as for a foreign one).
+    steady = drv.driver_hold_plan(
+        USER_SPACE, True, "libcuda1:amd64\nnvidia-driver\nnvidia-persistenced\nnvidia-smi\n",
+        plan["record_after"],
+    )
+    assert steady["hold"] == steady["release"] == []
+    assert steady["record_during"] == steady["record_after"] == plan["record_after"]
+
+
+def test_hold_plan_off_releases_the_roles_own_and_leaves_the_owners():
+    showhold = "libcuda1\nnvidia-driver\nnvidia-smi\nopenssl\n"
+    # nvidia-persistenced is recorded but the owner released it since: not held, nothing to do.
+    plan = drv.driver_hold_plan(USER_SPACE, False, showhold, ["libcuda1", "nvidia-smi",
+                                                            "nvidia-persistenced"])
+    assert plan["hold"] == []
+    assert plan["release"] == ["libcuda1", "nvidia-smi"]
+    assert plan["record_during"] == ["libcuda1", "nvidia-smi"]  # until they are released
+    assert plan["record_after"] == []
+
+
+def test_hold_plan_releases_the_roles_hold_on_a_package_the_list_no_longer_has():
+    old, new = drv.driver_hold_packages("ubuntu", "cuda_repo", 570), drv.driver_hold_packages(
+        "ubuntu", "cuda_repo", 580
+    )
+    plan = drv.driver_hold_plan(new, True, "\n".join(old + ["openssl"]), old)
+    assert plan["hold"] == new
+    assert plan["release"] == sorted(old)
+    assert plan["record_during"] == sorted(old + new)
+    assert plan["record_after"] == sorted(new)
+
+
 def test_filter_names_are_prefixed_and_point_at_the_functions():
     filters = drv.FilterModule().filters()
     assert filters and all(name.startswith("vllm_dual_fast_") for name in filters)

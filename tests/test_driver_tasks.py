@@ -325,7 +325,6 @@ def test_cuda_repo_preferences_lock_the_driver_branch_and_leave_other_nvidia_pac
     etc, archive, security, conf = apt_world(tmp_path, "bookworm", "535.261.03-1")
     # A flat repository double with NVIDIA's package names across two branches.
     cuda = tmp_path / "cuda"
-    cuda.mkdir()
     packages = (
         "".join(
             stanza(name, version)
@@ -342,11 +341,7 @@ def test_cuda_repo_preferences_lock_the_driver_branch_and_leave_other_nvidia_pac
         + stanza("cuda-drivers-580", "580.105.08-1")
         + stanza("nvidia-container-toolkit", "1.18.0-1")
     )
-    (cuda / "Packages").write_text(packages)
-    (cuda / "Release").write_text(
-        "Origin: NVIDIA\nLabel: NVIDIA CUDA\nDate: Thu, 01 Jan 2026 00:00:00 UTC\nSHA256:\n"
-        f" {hashlib.sha256(packages.encode()).hexdigest()} {len(packages.encode())} Packages\n"
-    )
+    cuda_repo_double(tmp_path, packages)
     (etc / "sources.list.d/cuda.list").write_text(f"deb file:{cuda} ./\n")
 
     pin_tasks = [t for t in role_tasks("driver_cuda_repo.yml") if "ansible.builtin.template" in t]
@@ -404,6 +399,364 @@ def test_cuda_repo_preferences_lock_the_driver_branch_and_leave_other_nvidia_pac
         "libnvidia-compute-580": "580.105.08-1",
         "nvidia-container-toolkit": "1.18.0-1",
     }, policy
+
+
+# --- an owner's own APT source of a repository the role would add -------------------------------
+
+
+def expand_imports(tasks):
+    """The tasks with every static `import_tasks: <file>` replaced by that file's tasks (its
+    `vars` on each of them), as Ansible does inside the role; blocks expanded too."""
+    out = []
+    for task in tasks:
+        imported = task.get("ansible.builtin.import_tasks")
+        if imported is not None:
+            for inner in expand_imports(role_tasks(imported)):
+                inner = dict(inner)
+                inner["vars"] = {**task.get("vars", {}), **inner.get("vars", {})}
+                out.append(inner)
+        elif "block" in task:
+            out.append({**task, "block": expand_imports(task["block"])})
+        else:
+            out.append(task)
+    return out
+
+
+def _conditions(task):
+    when = task.get("when", [])
+    return list(when) if isinstance(when, list) else [when]
+
+
+def deb822_repository_double(task, etc):
+    """Stand-in for one deb822_repository task (the module writes only under /etc/apt and needs
+    python3-debian): with the task's own parameters, condition and `state` expression, it writes
+    the .sources file the module would write (a URL Signed-By becomes the key file the module
+    downloads to keyrings/<name>.asc) into the private APT folder, or removes it."""
+    params = task["ansible.builtin.deb822_repository"]
+    dest = f"{etc}/sources.list.d/{params['name']}.sources"
+    task_vars = {
+        **task.get("vars", {}),
+        "_double_state": params.get("state", "present"),
+        "_double_uris": params["uris"],
+        "_double_suites": params["suites"],
+        "_double_components": params.get("components", []),
+    }
+    content = (
+        f"X-Repolib-Name: {params['name']}\n"
+        "{% if _double_components %}Components: {{ _double_components | join(' ') }}\n{% endif %}"
+        f"Signed-By: {etc}/keyrings/{params['name']}.asc\n"
+        "Suites: {{ _double_suites | join(' ') }}\nTypes: deb\n"
+        "URIs: {{ [_double_uris] | flatten | join(' ') }}\n"
+    )
+    return [
+        {
+            "name": f"{task['name']} (double: writes what the module would)",
+            "ansible.builtin.copy": {"dest": dest, "content": content, "mode": "0644"},
+            "vars": task_vars,
+            "when": _conditions(task) + ["_double_state == 'present'"],
+        },
+        {
+            "name": f"{task['name']} (double: removes what the module would)",
+            "ansible.builtin.file": {"path": dest, "state": "absent"},
+            "vars": task_vars,
+            "when": _conditions(task) + ["_double_state == 'absent'"],
+        },
+    ]
+
+
+def source_tasks(name, etc):
+    """A task file's APT source tasks as they run on a rig: everything up to its last
+    deb822_repository task, imports expanded, package installs left out (they would change this
+    machine), each deb822_repository task replaced by its double."""
+    tasks = expand_imports(role_tasks(name))
+    last = max(i for i, t in enumerate(tasks) if "ansible.builtin.deb822_repository" in t)
+    out = []
+    for task in no_host_apt_paths(tasks[: last + 1]):
+        if "ansible.builtin.deb822_repository" in task:
+            out.extend(deb822_repository_double(task, etc))
+        elif "ansible.builtin.apt" not in task and "ansible.builtin.package_facts" not in task:
+            out.append(task)
+    return out
+
+
+def cuda_repo_double(tmp_path, packages=None):
+    """A flat repository standing in for NVIDIA's CUDA repository (unreachable here)."""
+    cuda = tmp_path / "cuda"
+    cuda.mkdir(exist_ok=True)
+    packages = packages or stanza("cuda-drivers-580", "580.105.08-1")
+    (cuda / "Packages").write_text(packages)
+    (cuda / "Release").write_text(
+        "Origin: NVIDIA\nLabel: NVIDIA CUDA\nDate: Thu, 01 Jan 2026 00:00:00 UTC\nSHA256:\n"
+        f" {hashlib.sha256(packages.encode()).hexdigest()} {len(packages.encode())} Packages\n"
+    )
+    return cuda
+
+
+def apt_update(conf):
+    return subprocess.run(
+        ["apt-get", "update", "-q"],
+        env=dict(os.environ, APT_CONFIG=str(conf)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def apt_candidate(conf, package):
+    policy = subprocess.run(
+        ["apt-cache", "policy", package],
+        env=dict(os.environ, APT_CONFIG=str(conf)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    found = re.search(r"^\s*Candidate:\s*(\S+)", policy, re.M)
+    return found[1] if found else None
+
+
+@needs_apt
+def test_cuda_repo_source_gives_way_to_an_owners_cuda_keyring_source(tmp_path):
+    etc, _archive, _security, conf = apt_world(tmp_path, "bookworm", "535.261.03-1")
+    cuda = cuda_repo_double(tmp_path)
+    tasks = source_tasks("driver_cuda_repo.yml", etc)
+    cuda_vars = {
+        "_vllm_dual_fast_apt_dir": str(etc),
+        "vllm_dual_fast_cuda_repo_url": f"file:{cuda}",
+        "vllm_dual_fast_cuda_repo_key_url": f"file:{cuda}/3bf863cc.pub",
+    }
+    ours = etc / "sources.list.d/vllm-dual-fast-cuda.sources"
+
+    # A host without NVIDIA's repository: the role adds its source, and a re-run keeps it (the
+    # owner-source check does not take the role's own file for the owner's).
+    for _ in range(2):
+        result, out = run_playbook(tmp_path, play(tasks), cuda_vars)
+        assert result.returncode == 0, out
+        assert ours.exists(), out
+    assert recap(out)["changed"] == 0, out
+    assert apt_update(conf).returncode == 0
+    assert apt_candidate(conf, "cuda-drivers-580") == "580.105.08-1"
+
+    # The owner then sets NVIDIA's repository up with cuda-keyring: its list, verbatim but for
+    # the address. Next to the role's source, every apt run fails, as on a real host.
+    owner = etc / "sources.list.d/cuda-debian12-x86_64.list"
+    owner_text = f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] file:{cuda}/ /\n"
+    owner.write_text(owner_text)
+    broken = apt_update(conf)
+    assert broken.returncode != 0 and "Conflicting values set for option Signed-By" in broken.stderr
+
+    # The next run uses the owner's source and removes its own: apt works, the owner's file is as
+    # cuda-keyring wrote it, and the driver branch still comes from NVIDIA's repository.
+    result, out = run_playbook(tmp_path, play(tasks), cuda_vars)
+    assert result.returncode == 0, out
+    assert not ours.exists(), out
+    assert owner.read_text() == owner_text
+    fixed = apt_update(conf)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "Conflicting" not in fixed.stderr, fixed.stderr
+    assert apt_candidate(conf, "cuda-drivers-580") == "580.105.08-1"
+
+
+@pytest.mark.parametrize(
+    ("owner_has", "role_adds"),
+    [
+        ((), {"docker", "nvidia-container-toolkit"}),
+        (("docker", "nvidia-container-toolkit"), set()),
+        (("nvidia-container-toolkit",), {"docker"}),
+    ],
+    ids=["fresh", "owner-has-both", "owner-has-the-toolkit"],
+)
+def test_container_stack_adds_only_the_sources_the_owner_lacks(tmp_path, owner_has, role_adds):
+    etc = tmp_path / "etc/apt"
+    (etc / "sources.list.d").mkdir(parents=True)
+    docker_url = f"file:{tmp_path}/docker/linux/debian"
+    ctk_url = f"file:{tmp_path}/libnvidia-container/stable/deb/amd64"
+    # What Docker's and NVIDIA's install documents leave (NVIDIA's with $(ARCH) in the URI).
+    owner_files = {
+        "docker": (
+            "docker.list",
+            "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] "
+            f"{docker_url} bookworm stable\n",
+        ),
+        "nvidia-container-toolkit": (
+            "nvidia-container-toolkit.list",
+            "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+            f"file:{tmp_path}/libnvidia-container/stable/deb/$(ARCH) /\n",
+        ),
+    }
+    for what in owner_has:
+        file_name, text = owner_files[what]
+        (etc / "sources.list.d" / file_name).write_text(text)
+
+    result, out = run_playbook(
+        tmp_path,
+        play(source_tasks("container_stack.yml", etc)),
+        {
+            "_vllm_dual_fast_apt_dir": str(etc),
+            "vllm_dual_fast_docker_source": "docker_repo",
+            "_vllm_dual_fast_docker_distro_ok": False,
+            "ansible_facts": {"distribution_release": "bookworm"},
+            "vllm_dual_fast_docker_repo_url": docker_url,
+            "vllm_dual_fast_docker_repo_key_url": f"{docker_url}/gpg",
+            "vllm_dual_fast_nvidia_ctk_repo_url": ctk_url,
+            "vllm_dual_fast_nvidia_ctk_key_url": f"{ctk_url}/gpgkey",
+        },
+    )
+    assert result.returncode == 0, out
+    added = {
+        p.name.removeprefix("vllm-dual-fast-").removesuffix(".sources")
+        for p in (etc / "sources.list.d").glob("vllm-dual-fast-*.sources")
+    }
+    assert added == role_adds, out
+    for what in owner_has:
+        file_name, text = owner_files[what]
+        assert (etc / "sources.list.d" / file_name).read_text() == text
+
+
+# --- package holds: only the role's own are ever released ---------------------------------------
+
+DEBIAN_USER_SPACE = ["nvidia-driver", "libcuda1", "nvidia-smi", "nvidia-persistenced"]
+
+
+def dpkg_world(tmp_path, installed, held):
+    """A private dpkg database (DPKG_ADMINDIR for dpkg, which dpkg_selections runs; APT_CONFIG's
+    Dir::State::status for `apt-mark showhold`): the real tools, never this machine's selections."""
+    admin = tmp_path / "dpkg"
+    for sub in ("updates", "info"):
+        (admin / sub).mkdir(parents=True, exist_ok=True)
+    (admin / "available").write_text("")
+    (admin / "status").write_text(
+        "".join(
+            f"Package: {name}\nStatus: {'hold' if name in held else 'install'} ok installed\n"
+            "Priority: optional\nMaintainer: x <x@x>\nArchitecture: amd64\n"
+            f"{'Multi-Arch: same' + chr(10) if name.startswith('lib') else ''}"
+            "Version: 580.105.08-1\nDescription: double\n\n"
+            for name in installed
+        )
+    )
+    state = tmp_path / "apt-state"
+    for sub in ("lists/partial", "cache/archives/partial", "empty.d"):
+        (state / sub).mkdir(parents=True, exist_ok=True)
+    conf = tmp_path / "apt-dpkg.conf"
+    conf.write_text(
+        f'Dir::State::status "{admin}/status";\nDir::Etc::sourcelist "/dev/null";\n'
+        f'Dir::Etc::sourceparts "{state}/empty.d";\nDir::State::Lists "{state}/lists";\n'
+        f'Dir::Cache "{state}/cache";\n'
+    )
+    return admin, {"DPKG_ADMINDIR": str(admin), "APT_CONFIG": str(conf)}
+
+
+def selections(admin):
+    out = subprocess.run(
+        ["dpkg", f"--admindir={admin}", "--get-selections"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    return {line.split()[0].split(":")[0]: line.split()[1] for line in out.splitlines()}
+
+
+def hold_tasks():
+    """The install block's hold tasks (driver.yml), imports expanded."""
+    [block] = [t for t in role_tasks("driver.yml") if t["name"] == "Install the driver"]
+    tasks = [
+        t for t in block["block"] if t["name"].startswith("Hold the driver's user-space packages")
+    ]
+    assert tasks, [t["name"] for t in block["block"]]
+    return expand_imports(tasks)
+
+
+@pytest.mark.parametrize(
+    ("install", "warned"), [(False, False), (True, True)], ids=["install-off", "install-on"]
+)
+def test_driver_stage_releases_no_hold_the_owner_set(tmp_path, install, warned):
+    # The owner holds a kernel-following package and one of the driver's (earlier versions of the
+    # role held nvidia-kernel-dkms too, and released it on every run, whoever had set it).
+    held = ["nvidia-kernel-dkms", "nvidia-driver", "linux-modules-nvidia-580-server-generic"]
+    admin, env = dpkg_world(tmp_path, [*held, "libcuda1"], held)
+    before = selections(admin)
+    result, out = run_playbook(
+        tmp_path,
+        play(expand_imports(role_tasks("driver.yml"))),
+        {
+            "vllm_dual_fast_driver_install": install,
+            "vllm_dual_fast_driver_satisfied": True,
+            "vllm_dual_fast_driver_loaded": True,
+            "vllm_dual_fast_power_limit_watts": 0,
+            "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
+        },
+        env=env,
+    )
+    assert result.returncode == 0, out
+    assert selections(admin) == before, out
+    assert recap(out)["changed"] == 0, out
+    unhold = "apt-mark unhold linux-modules-nvidia-580-server-generic nvidia-kernel-dkms"
+    assert (unhold in out) is warned, out
+
+
+def test_hold_off_releases_only_the_holds_the_role_set(tmp_path):
+    # nvidia-driver was held by its owner before the role ever ran.
+    admin, env = dpkg_world(tmp_path, DEBIAN_USER_SPACE, ["nvidia-driver"])
+    state = tmp_path / "state"
+
+    def run(hold):
+        return run_playbook(
+            tmp_path,
+            play(hold_tasks()),
+            {
+                "_vllm_dual_fast_driver_to_hold": DEBIAN_USER_SPACE,
+                "vllm_dual_fast_driver_hold": hold,
+                "_vllm_dual_fast_state_dir": str(state),
+            },
+            env=env,
+        )
+
+    result, out = run(True)
+    assert result.returncode == 0, out
+    assert set(selections(admin).values()) == {"hold"}, out
+    again, out = run(True)
+    assert again.returncode == 0 and recap(out)["changed"] == 0, out
+
+    released, out = run(False)
+    assert released.returncode == 0, out
+    assert selections(admin) == {
+        "nvidia-driver": "hold",  # the owner's
+        "libcuda1": "install",
+        "nvidia-smi": "install",
+        "nvidia-persistenced": "install",
+    }, out
+    again, out = run(False)
+    assert again.returncode == 0 and recap(out)["changed"] == 0, out
+
+
+def test_holds_the_role_sets_are_recorded_before_they_are_set(tmp_path):
+    admin, env = dpkg_world(tmp_path, DEBIAN_USER_SPACE, ["nvidia-driver"])
+    state = tmp_path / "state"
+    record = state / "driver-holds.json"
+    tasks = hold_tasks()
+    hold_at = next(i for i, t in enumerate(tasks) if "ansible.builtin.dpkg_selections" in t)
+    extra = {
+        "_vllm_dual_fast_driver_to_hold": DEBIAN_USER_SPACE,
+        "vllm_dual_fast_driver_hold": True,
+        "_vllm_dual_fast_state_dir": str(state),
+    }
+    # A run stopped right after the holds were set, before anything else: the record already
+    # names every hold the role set.
+    stopped, out = run_playbook(tmp_path, play(tasks[: hold_at + 1]), extra, env=env)
+    assert stopped.returncode == 0, out
+    assert set(selections(admin).values()) == {"hold"}, out
+    assert json.loads(record.read_text())["held_by_role"] == [
+        "libcuda1", "nvidia-persistenced", "nvidia-smi"
+    ], record.read_text()
+
+    extra["vllm_dual_fast_driver_hold"] = False
+    result, out = run_playbook(tmp_path, play(tasks), extra, env=env)
+    assert result.returncode == 0, out
+    assert selections(admin)["libcuda1"] == "install", out
+    assert selections(admin)["nvidia-driver"] == "hold", out
+    assert json.loads(record.read_text())["held_by_role"] == [], record.read_text()
 
 
 # --- Secure Boot in preflight -------------------------------------------------------------------

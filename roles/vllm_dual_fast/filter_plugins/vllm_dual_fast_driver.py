@@ -368,13 +368,40 @@ def driver_hold_packages(family, source, branch, installed=None):
 
 
 def kernel_following_holds(showhold):
-    """Kernel-following packages among `apt-mark showhold`'s output: earlier runs of this role
-    held nvidia-kernel-dkms (Debian) and linux-modules-nvidia-* (Ubuntu); they are released."""
+    """Kernel-following packages among `apt-mark showhold`'s output. Earlier versions of this role
+    held nvidia-kernel-dkms (Debian) and linux-modules-nvidia-* (Ubuntu) without recording it, so
+    whose hold it is cannot be told: the owner is warned, the hold is left alone."""
     return [
         line.strip()
         for line in (showhold or "").splitlines()
         if _KERNEL_FOLLOWING_HELD.match(line.strip())
     ]
+
+
+def _held(showhold):
+    """The package names `apt-mark showhold` printed (a foreign architecture's :arch dropped)."""
+    return {line.strip().split(":", 1)[0] for line in (showhold or "").splitlines() if line.strip()}
+
+
+def driver_hold_plan(to_hold, hold, showhold, recorded):
+    """Which holds the role sets and which of its own it releases. A hold is the role's only when
+    the rig's record of the role's holds (`recorded`, written by the role) names it and it is still
+    held; a package held when the role came to it is the owner's: never released, never recorded.
+    to_hold: the driver's user-space packages; hold: vllm_dual_fast_driver_hold.
+    Returns hold (to set now), release (the role's own it no longer wants: `hold` off, or a package
+    no longer in the list), record_during (written before any change: a run interrupted after
+    setting a hold has it recorded already) and record_after (written once the changes are made)."""
+    held = _held(showhold)
+    wanted = list(dict.fromkeys(to_hold or [])) if hold else []
+    mine = {name for name in recorded or [] if name in held}
+    to_set = [name for name in wanted if name not in held]
+    release = sorted(mine - set(wanted))
+    return {
+        "hold": to_set,
+        "release": release,
+        "record_during": sorted(mine | set(to_set)),
+        "record_after": sorted((mine - set(release)) | set(to_set)),
+    }
 
 
 def reboot_decision(state):
@@ -406,4 +433,5 @@ class FilterModule:
             "vllm_dual_fast_secure_boot_refusal": secure_boot_refusal,
             "vllm_dual_fast_driver_hold_packages": driver_hold_packages,
             "vllm_dual_fast_kernel_following_holds": kernel_following_holds,
+            "vllm_dual_fast_driver_hold_plan": driver_hold_plan,
         }

@@ -75,7 +75,6 @@ PATCH_ID = "flashinfer-decode-plan-unpin"
 FLASHINFER, VLLM = "flashinfer-python", "vllm"
 PACKAGES = (FLASHINFER, VLLM)
 CACHE_FOLDER = {FLASHINFER: "flashinfer", VLLM: "vllm"}
-DEFAULT_INDEX = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 EXIT_NOTHING_NEW, EXIT_ERROR, EXIT_MUST_LEARN, EXIT_PATCH_NEEDED, EXIT_DROP = 0, 1, 2, 3, 4
@@ -126,7 +125,8 @@ def normalize(name: str) -> str:
 
 
 def index_url() -> str:
-    """The index pip uses here: $PIP_INDEX_URL, else pip's configured index-url, else PyPI's."""
+    """The index pip uses here: $PIP_INDEX_URL, else pip's configured index-url, else pip's
+    default."""
     if os.environ.get("PIP_INDEX_URL"):
         return os.environ["PIP_INDEX_URL"]
     for key in ("global.index-url", "download.index-url", "install.index-url"):
@@ -134,7 +134,9 @@ def index_url() -> str:
                               capture_output=True, text=True, check=False)
         if proc.returncode == 0 and proc.stdout.strip():
             return proc.stdout.strip()
-    return DEFAULT_INDEX
+    from pip._internal.models.index import PyPI  # pip's own default index
+
+    return PyPI.simple_url
 
 
 def fetch_project(index: str, package: str) -> dict:

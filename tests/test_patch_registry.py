@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 from flashinfer_releases import RELEASES, REPO, load_patcher
+from packaging.version import Version
 
 ROLE = REPO / "roles" / "vllm_dual_fast"
 PATCH_ID = "flashinfer-decode-plan-unpin"
@@ -36,8 +38,45 @@ def test_touched_files_match_the_patcher(entry):
     assert not any(name.startswith(tuple(files["never_touched"])) for name in patcher.ALL_TARGETS)
 
 
-def test_versions_are_the_tested_releases(entry):
-    assert tuple(entry["versions_tested"]) == RELEASES
+def _upstream_watch():
+    spec = importlib.util.spec_from_file_location("vdf_registry_watch",
+                                                  REPO / "scripts" / "upstream_watch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_versions_are_the_tested_releases_and_known_checked_ones(entry):
+    """versions_tested: the releases tests/test_patcher_releases.py runs on, plus those that
+    `make upstream-watch WATCH_ARGS=--record` read and found in a layout the patcher knows."""
+    watch = _upstream_watch()
+    tested = [str(v) for v in entry["versions_tested"]]
+    assert set(RELEASES) <= set(tested), "every release the tests run on"
+    assert tested == sorted(set(tested), key=Version), "sorted, once each"
+    records = {r["release"]: r for r in entry["watch"]["records"] or []}
+    for version in sorted(set(tested) - set(RELEASES), key=Version):
+        record = records.get(f"flashinfer-python {version}")
+        assert record and record["verdict"] in watch.KNOWN_VERDICTS, version
+
+
+def test_watch_record_is_well_formed(entry):
+    watch = _upstream_watch()
+    vllm = [str(v) for v in entry["watch"]["vllm_versions_tested"]]
+    parsers = json.loads((REPO / "bench" / "results" / "vllm-parsers.json").read_text())
+    measured = {t for t in parsers["targets"] if not t.startswith("double-")}
+    assert measured <= set(vllm), "the vLLM releases whose parsers were measured"
+    assert vllm == sorted(set(vllm), key=Version)
+    records = entry["watch"]["records"] or []
+    for record in records:
+        assert set(record) == {"release", "verdict", "checked_at"}, record
+        package, version = record["release"].split(" ")
+        assert package in watch.PACKAGES and Version(version)
+        assert record["verdict"] in watch.EXIT_CODES, record
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["checked_at"]), record
+    by_release = {r["release"]: r["verdict"] for r in records}
+    assert len(by_release) == len(records), "one record per release"
+    for version in sorted(set(vllm) - measured, key=Version):
+        assert by_release.get(f"vllm {version}") in watch.KNOWN_VERDICTS, version
 
 
 def test_facts_are_complete(entry):

@@ -570,13 +570,10 @@ def check_drafter(sources: dict) -> dict:
                     before = _builds_metadata(fn, functions)
                     if before:
                         return {"answer": NO, "detail": f"{path}:{loop.lineno} {fn.name}(): "
-                                f"the draft loop builds no attention metadata ({how_once(before)})"}
+                                "the draft loop builds no attention metadata (it calls "
+                                f"{before} outside the loop, once per step)"}
     looked = ", ".join(DRAFTERS)
     return {"answer": UNSURE, "detail": f"no draft loop over num_speculative_tokens in {looked}"}
-
-
-def how_once(before: str) -> str:
-    return f"{before} is called outside it, once per step"
 
 
 def _parser_import() -> str:
@@ -916,6 +913,10 @@ def _short(row: dict) -> str:
     return ""
 
 
+# Reasons a patch-needed row needs no second line for (the row says it already).
+ROUTINE = ("pinned, layout known", "pinned FlashInfer needs the patch")
+
+
 def table(result: dict) -> str:
     rows = result["releases"]
     out = []
@@ -930,7 +931,7 @@ def table(result: dict) -> str:
         for r in rows:
             out.append(f"{(r['package'] + ' ' + r['release']).ljust(width)}  "
                        f"{r['verdict'].ljust(13)}  {_short(r)}")
-            for line in r["reasons"] if r["verdict"] != PATCH_NEEDED else r["reasons"][:0]:
+            for line in (x for x in r["reasons"] if not x.startswith(ROUTINE)):
                 out.append(f"{''.ljust(width)}  {''.ljust(13)}  - {line}")
             if r["drop_when"]:
                 out.append(f"{''.ljust(width)}  {''.ljust(13)}  - drop_when holds: "

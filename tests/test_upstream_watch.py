@@ -113,15 +113,15 @@ class Setup:
                 zf.writestr(rel, data)
         self.vllm_files.append(name)
 
-    def run(self, *args: str) -> tuple:
+    def run(self, *args: str, as_json: bool = True) -> tuple:
         write_index(self.index, "flashinfer-python", self.fi_files)
         write_index(self.index, "vllm", self.vllm_files)
         argv = ["--registry", str(self.registry), "--index", str(self.index),
-                "--cache", str(self.cache), "--offline", "--json", *args]
+                "--cache", str(self.cache), "--offline", *(["--json"] if as_json else []), *args]
         proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True,
                               text=True, timeout=300)
         assert proc.stderr == "", proc.stderr
-        return proc.returncode, json.loads(proc.stdout)
+        return proc.returncode, json.loads(proc.stdout) if as_json else proc.stdout
 
     def entry(self) -> dict:
         data = yaml.safe_load(self.registry.read_text())
@@ -392,12 +392,15 @@ def test_vllm_whose_drafter_plans_once_meets_drop_when(tmp_path):
 def test_vllm_whose_drafter_moved_could_not_tell(tmp_path):
     tree = vllm_tree("0.34.0", **{"vllm__v1__spec_decode__llm_base_proposer.py": None,
                                   "vllm__v1__spec_decode__proposer.py": DRAFTER_ONCE})
-    code, result = vllm_setup(tmp_path, ("0.34.0", tree)).run()
+    setup = vllm_setup(tmp_path, ("0.34.0", tree))
+    code, result = setup.run()
     r = row(result, "vllm", "0.34.0")
     assert r["vllm"]["drafter_replans_per_draft_step"]["answer"] == "could not tell"
     assert r["verdict"] == "patch-needed", "the patch stays on: no guess either way"
     assert any("could not tell" in reason for reason in r["reasons"])
     assert code == 3
+    code, text = setup.run(as_json=False)
+    assert re.search(r"^\s+- drafter: could not tell \(no draft loop", text, re.M), text
 
 
 def test_vllm_pinning_an_unknown_flashinfer_must_be_learned(tmp_path):

@@ -1,7 +1,8 @@
-"""Kernel-log filters: only lines written since a deploy (or a rollback) began count."""
+"""Health filters. Kernel log: only lines written since the window opened (a deploy's or a
+rollback's) count, dated by journald's wall clock or by the kernel's own clock, never by dmesg's
+wall-clock rendering."""
 
 import importlib.util
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -15,32 +16,70 @@ XID = ("NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=python3, Ch 00000008, int
        "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3a_1c000000.")
 
 
-def _at(epoch, text, offset="+00:00"):
-    stamp = datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S,%f")
-    return f"{stamp}{offset} {text}"
+# Real output's shapes: `journalctl _TRANSPORT=kernel -o short-unix` (systemd 257, Debian 13) and
+# default-format `dmesg` (util-linux 2.38); a multi-line message continues on indented lines.
+JOURNAL = [
+    "1796131000.100000 rig3090 kernel: docker0: port 1(veth36101c7) entered disabled state",
+    f"1796131100.468876 rig3090 kernel: {XID}",
+    "1796131200.000001 rig3090 kernel: usb 1-1: new high-speed USB device number 2",
+    "                                   using xhci_hcd",
+    f"1796131300.250000 rig3090 kernel: {XID}",
+]
+DMESG = [
+    "[    0.000000] Linux version 6.1.0-41-amd64 (debian-kernel@lists.debian.org)",
+    f"[  256.457455] {XID}",
+    "               Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    "[ 1234.500000] docker0: port 1(veth207e08e) entered disabled state",
+    f"[12345.678901] {XID}",
+]
+WINDOW = {"since_epoch": 1796131150.0, "since_monotonic": 1000.0, "boot_id": "b-1"}
 
 
-def test_an_xid_from_before_the_rollback_is_not_held_against_it():
-    log = [_at(1000, "eth0: link up"), _at(1100, XID), _at(1200, "docker0: port 1 forwarding")]
-    assert health.kernel_lines_since(log, 1150) == [log[2]]
-    assert health.xid_lines(health.kernel_lines_since(log, 1150)) == []
+def test_the_journal_keeps_what_journald_received_since_the_window_opened():
+    kept = health.kernel_window_lines(JOURNAL, "journal", WINDOW)
+    assert kept == JOURNAL[2:]                     # the continuation line goes with its message
+    assert health.xid_lines(kept) == [JOURNAL[4]]  # the Xid of 1796131100 is before the window
 
 
-def test_an_xid_written_during_the_deploy_is_found():
-    log = [_at(1000, "boot"), _at(1100, XID)]
-    assert health.xid_lines(health.kernel_lines_since(log, "1050")) == [log[1]]
+def test_dmesg_lines_are_judged_on_the_kernel_clock_not_a_wall_clock():
+    kept = health.kernel_window_lines(DMESG, "dmesg", WINDOW, "b-1")
+    assert kept == DMESG[3:]                     # the Xid at 256 s and its continuation are out
+    assert health.xid_lines(kept) == [DMESG[4]]
 
 
-def test_the_time_zone_of_the_line_is_honoured():
-    # 01:00 at +01:00 is 00:00 UTC: before a deploy that began at 00:30 UTC.
-    line = "1970-01-01T01:00:00,000000+01:00 " + XID
-    assert health.kernel_lines_since([line], 1800) == []
-    assert health.kernel_lines_since([line], 0) == [line]
+def test_a_window_opened_in_an_earlier_boot_takes_this_boot_s_whole_log():
+    # The rig booted again (a power cut during health): every line dmesg shows is newer.
+    assert health.kernel_window_lines(DMESG, "dmesg", WINDOW, "b-2\n") == DMESG
+    assert health.kernel_window_lines(DMESG, "dmesg", WINDOW, "b-1\n") == DMESG[3:]
 
 
-@pytest.mark.parametrize("lines", [["[12345.678] NVRM: Xid (PCI:0000:01:00): 31"], []])
-def test_undated_logs_are_kept_whole(lines):
-    assert health.kernel_lines_since(lines, 10**10) == lines
+@pytest.mark.parametrize("source", ["journal", "dmesg"])
+def test_the_window_s_edge_is_in_it(source):
+    lines = [JOURNAL[1], "1796131150.000000 rig3090 kernel: at the edge"] if source == "journal" \
+        else [DMESG[1], "[ 1000.000000] at the edge"]
+    assert health.kernel_window_lines(lines, source, WINDOW, "b-1") == lines[1:]
+
+
+@pytest.mark.parametrize("lines", [[XID], []])
+@pytest.mark.parametrize("source", ["journal", "dmesg"])
+def test_undated_logs_are_kept_whole(lines, source):
+    # printk.time=0 prints no stamps: nothing can be dated, so nothing is dropped.
+    assert health.kernel_window_lines(lines, source, WINDOW, "b-1") == lines
+
+
+def test_an_unknown_source_is_refused():
+    with pytest.raises(ValueError, match="unknown kernel-log source 'syslog'"):
+        health.kernel_window_lines(JOURNAL, "syslog", WINDOW)
+
+
+def test_stamps_of_each_format():
+    assert health.journal_line_epoch(JOURNAL[1]) == 1796131100.468876
+    assert health.journal_line_epoch(JOURNAL[3]) is None
+    assert health.dmesg_line_stamp(DMESG[0]) == 0.0
+    assert health.dmesg_line_stamp(DMESG[2]) is None
+    assert health.dmesg_line_stamp(DMESG[4]) == 12345.678901
+    # an iso line (dmesg --time-format=iso) has no boot-relative stamp
+    assert health.dmesg_line_stamp("2026-12-01T13:27:38,123456+00:00 " + XID) is None
 
 
 @pytest.mark.parametrize(

@@ -205,8 +205,10 @@ def judge(tmp_path, previous_report, previous, race_rc=0, race_stderr="", **chan
         "_vllm_dual_fast_race_check": {"rc": race_rc, "stdout": "", "stderr": race_stderr},
         "_vllm_dual_fast_restarts_before": {"stdout": "0"},
         "_vllm_dual_fast_restarts_after": {"stdout": "0 2026-01-01T00:00:00Z"},
-        "_vllm_dual_fast_kernel_lines": [], "_vllm_dual_fast_kernel_log": {"rc": 0},
-        "_vllm_dual_fast_deploy_began": {"stdout": "1000"},
+        "_vllm_dual_fast_kernel_lines": [], "_vllm_dual_fast_kernel_log_readable": True,
+        "_vllm_dual_fast_kernel_log_source": "journal",
+        "_vllm_dual_fast_kernel_window": {"since_epoch": 1000.75, "since_monotonic": 80.5,
+                                          "boot_id": "b-1"},
         "_vllm_dual_fast_patch_at_start": {"stdout": ""},
         "_vllm_dual_fast_patch_check": {"stdout": '{"status": "patched"}', "stderr": ""},
         "_vllm_dual_fast_vllm_version": {"rc": 0, "stdout": "0.33.0"},
@@ -219,6 +221,12 @@ def judge(tmp_path, previous_report, previous, race_rc=0, race_stderr="", **chan
 
 def previous_report(release):
     return {"release": release, "healthy": True, "smoke": {"speed": SPEED_BEFORE}}
+
+
+def test_the_report_names_the_kernel_log_s_window_and_source(tmp_path):
+    report, _ = judge(tmp_path, previous_report("rel-a"), "rel-a")
+    assert (report["kernel_log_since"], report["kernel_log_source"]) == (1000, "journal"), report
+    assert report["kernel_log_readable"] is True and report["kernel_xid_lines"] == [], report
 
 
 def test_the_canary_is_judged_against_the_release_that_served_before(tmp_path):

@@ -1,27 +1,60 @@
-"""Helpers for the health checks: kernel log windows, the patcher's start line and the canary's
+"""Helpers for the health checks: the kernel-log window, the patcher's start line and the canary's
 gates (pure; tested in tests/test_health_filters.py)."""
 
-from datetime import datetime
+import re
+
+# `journalctl -o short-unix`: `1796131722.468892 rig3090 kernel: message`.
+_JOURNAL_STAMP = re.compile(r"^(\d+(?:\.\d+)?) ")
+# dmesg's default format: `[ 1234.567890] message`, seconds on the kernel's own clock since boot.
+_DMESG_STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
 
 
-def _line_epoch(line):
-    """Seconds since the epoch of a `dmesg --time-format=iso` line, or None when it has none
-    (`2026-11-30T00:01:02,123456+00:00 message`)."""
-    stamp = line.split(" ", 1)[0].replace(",", ".")
-    try:
-        return datetime.fromisoformat(stamp).timestamp()
-    except ValueError:
-        return None
+def journal_line_epoch(line):
+    """Seconds since the epoch of a `journalctl -o short-unix` line (the rig's wall clock when
+    journald received it), or None for a line with no stamp (a message's continuation line)."""
+    found = _JOURNAL_STAMP.match(line or "")
+    return float(found.group(1)) if found else None
 
 
-def kernel_lines_since(lines, since_epoch):
-    """The kernel-log lines written at or after `since_epoch` (seconds, int or text). Lines with no
-    readable time are kept only when the whole log has none (then nothing can be dated)."""
-    since = float(since_epoch)
-    dated = [(_line_epoch(line), line) for line in lines or []]
-    if all(at is None for at, _ in dated):
-        return [line for _, line in dated]
-    return [line for at, line in dated if at is not None and at >= since]
+def dmesg_line_stamp(line):
+    """Seconds since boot of a default-format `dmesg` line on the kernel's printk clock, which
+    does not run during a suspend (as CLOCK_MONOTONIC), or None for a line with no stamp."""
+    found = _DMESG_STAMP.match(line or "")
+    return float(found.group(1)) if found else None
+
+
+def lines_stamped_since(lines, stamp_of, since):
+    """The lines whose stamp (stamp_of(line)) is at or after `since`; a line with no stamp goes
+    with the line before it (a message's continuation). When no line has a stamp nothing can be
+    dated and every line is kept: an Xid line is never dropped for want of a time."""
+    lines = list(lines or [])
+    stamps = [stamp_of(line) for line in lines]
+    if all(at is None for at in stamps):
+        return lines
+    kept, keep = [], False
+    for line, at in zip(lines, stamps):
+        if at is not None:
+            keep = at >= since
+        if keep:
+            kept.append(line)
+    return kept
+
+
+def kernel_window_lines(lines, source, window, boot_id=""):
+    """The kernel-log lines written since the window opened (kernel_window.yml's fact:
+    since_epoch, the rig's wall clock; since_monotonic, its kernel clock; boot_id).
+    source "journal": `journalctl -o short-unix` lines against since_epoch. source "dmesg":
+    default-format dmesg lines against since_monotonic; when the rig booted again since the window
+    opened (boot_id differs), every line of this boot was written after it."""
+    window = window or {}
+    if source == "journal":
+        return lines_stamped_since(lines, journal_line_epoch, float(window["since_epoch"]))
+    if source != "dmesg":
+        raise ValueError(f"unknown kernel-log source {source!r} (journal or dmesg)")
+    now_boot = (boot_id or "").strip()
+    booted_again = bool(now_boot) and now_boot != str(window.get("boot_id", "")).strip()
+    since = 0.0 if booted_again else float(window["since_monotonic"])
+    return lines_stamped_since(lines, dmesg_line_stamp, since)
 
 
 def xid_lines(lines):
@@ -137,7 +170,7 @@ def canary_gates(inputs):
 class FilterModule:
     def filters(self):
         return {
-            "vllm_dual_fast_kernel_lines_since": kernel_lines_since,
+            "vllm_dual_fast_kernel_window_lines": kernel_window_lines,
             "vllm_dual_fast_xid_lines": xid_lines,
             "vllm_dual_fast_patch_at_start": patch_at_start,
             "vllm_dual_fast_speed_regressions": speed_regressions,

@@ -96,6 +96,13 @@ BACKEND = "vllm/v1/attention/backends/flashinfer.py"
 DRAFTERS = ("vllm/v1/spec_decode/llm_base_proposer.py", "vllm/v1/spec_decode/eagle.py")
 # Where the drafter's calls may lead (0.33.0: AttentionGroup.build_metadata_for_drafting).
 DRAFTER_HELPERS = ("vllm/v1/worker/utils.py",)
+# Model runner V2 (the default for most configurations in 0.33.0): the speculator `--speculative-
+# config method=mtp` builds, whose base classes hold the draft loop.
+V2_MTP = "vllm/v1/worker/gpu/spec_decode/mtp/speculator.py"
+V2_PACKAGE = "vllm.v1.worker.gpu.spec_decode"
+V2_REBUILD = re.compile(r"^_?build\w*attn_metadata$")
+V2_IN_PLACE = "supports_draft_decode_metadata_update"
+ABSENT = "absent"
 DECODE_WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
 PIN_ATTR = "_pin_memory_int_workspace_buffer"
 
@@ -537,11 +544,11 @@ def _conditions(loop: ast.For, target: ast.AST) -> list:
     return [ast.unparse(t) for t in found]
 
 
-def check_drafter(sources: dict) -> dict:
-    """Does the drafter rebuild the attention metadata (so the FlashInfer backend re-plans the
-    decode wrapper) on every draft step? Read in the first drafter module that has a loop over
-    the speculative tokens; the calls it makes are followed into that module and
-    DRAFTER_HELPERS."""
+def check_v1_drafter(sources: dict) -> dict:
+    """Model runner V1: does the drafter rebuild the attention metadata (so the FlashInfer
+    backend re-plans the decode wrapper) on every draft step? Read in the first drafter module
+    that has a loop over the speculative tokens; the calls it makes are followed into that
+    module and DRAFTER_HELPERS."""
     helpers: dict = {}
     for path in DRAFTER_HELPERS:
         tree = _parse(sources.get(path))
@@ -572,8 +579,97 @@ def check_drafter(sources: dict) -> dict:
                         return {"answer": NO, "detail": f"{path}:{loop.lineno} {fn.name}(): "
                                 "the draft loop builds no attention metadata (it calls "
                                 f"{before} outside the loop, once per step)"}
+    if not any(sources.get(path) is not None for path in DRAFTERS):
+        return {"answer": ABSENT, "detail": f"none of {', '.join(DRAFTERS)} in the wheel"}
     looked = ", ".join(DRAFTERS)
     return {"answer": UNSURE, "detail": f"no draft loop over num_speculative_tokens in {looked}"}
+
+
+def _v2_chain(read) -> list:
+    """(path, tree) of the V2 MTP speculator and the base classes it imports from the V2
+    speculator package, nearest first (at most 4 modules)."""
+    chain, path = [], V2_MTP
+    while path and len(chain) < 4:
+        tree = _parse(read(path))
+        if tree is None:
+            break
+        chain.append((path, tree))
+        bases = {ast.unparse(b) for n in tree.body if isinstance(n, ast.ClassDef) for b in n.bases}
+        path = next((f"{node.module.replace('.', '/')}.py" for node in tree.body
+                     if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                         V2_PACKAGE) and any(a.name in bases for a in node.names)), None)
+    return chain
+
+
+def _in_place_update(backend_source: bytes | None) -> tuple:
+    """(line, condition) where the FlashInfer backend turns on in-place draft metadata
+    updates; (None, None) when it never does (the base class default is False)."""
+    tree = _parse(backend_source)
+    for node in ast.walk(tree) if tree else ():
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [getattr(t, "attr", getattr(t, "id", "")) for t in targets]
+            value = node.value
+            if V2_IN_PLACE in names and not (isinstance(value, ast.Constant)
+                                             and value.value is False):
+                return node.lineno, " ".join(ast.unparse(value).split())
+    return None, None
+
+
+def check_v2_drafter(read, backend_source: bytes | None) -> dict:
+    """Model runner V2: does the MTP speculator's draft loop rebuild the attention metadata
+    each step? Its in-place update path is taken only when every backend supports it, so it is
+    judged by whether vLLM's FlashInfer backend turns that support on."""
+    chain = _v2_chain(read)
+    if not chain:
+        return {"answer": ABSENT, "detail": f"no {V2_MTP} in the wheel"}
+    rebuilds = []
+    for path, tree in chain:
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            for loop in (n for n in ast.walk(fn) if isinstance(n, ast.For)):
+                if "num_speculative" not in ast.unparse(loop.iter):
+                    continue
+                for call in (c for c in ast.walk(loop) if isinstance(c, ast.Call)):
+                    if V2_REBUILD.match(_call_name(call)):
+                        stmt = next(st for st in ast.walk(loop) if isinstance(st, ast.stmt)
+                                    and not isinstance(st, (ast.If, ast.For))
+                                    and call in list(ast.walk(st)))
+                        when = _conditions(loop, stmt)
+                        cond = f", when {' and '.join(when)}" if when else ""
+                        rebuilds.append(f"{path}:{loop.lineno} {fn.name}(): the draft loop "
+                                        f"calls {_call_name(call)}() every step{cond}")
+    line, condition = _in_place_update(backend_source)
+    if rebuilds and line is None:
+        return {"answer": YES, "detail": f"{rebuilds[0]}; the FlashInfer backend does not set "
+                f"{V2_IN_PLACE}, so that eager path runs"}
+    if rebuilds and "TRTLLM" in condition.upper():
+        # In place only for the trtllm-gen decode kernel, which does not plan through the
+        # decode wrapper; the wrapper path (what SM86 cards run) takes the eager rebuild.
+        return {"answer": YES, "detail": f"{rebuilds[0]}; the FlashInfer backend updates in "
+                f"place only when {condition} ({BACKEND}:{line}), the trtllm-gen kernel, not "
+                "the decode wrapper"}
+    if rebuilds:
+        return {"answer": UNSURE, "detail": f"{rebuilds[0]}, but the FlashInfer backend sets "
+                f"{V2_IN_PLACE} = {condition} ({BACKEND}:{line}): read its "
+                "update_draft_decode_metadata"}
+    looked = ", ".join(path for path, _ in chain)
+    return {"answer": UNSURE, "detail": f"no draft loop rebuilding attention metadata in {looked}"}
+
+
+def check_drafter(read) -> dict:
+    """Both model runners (which one serves is decided at start): yes when either re-plans per
+    draft step, no only when every runner in the wheel does not, else could not tell."""
+    v1 = check_v1_drafter({path: read(path) for path in DRAFTERS + DRAFTER_HELPERS})
+    v2 = check_v2_drafter(read, read(BACKEND))
+    present = [r["answer"] for r in (v1, v2) if r["answer"] != ABSENT]
+    if YES in present:
+        answer = YES
+    elif present and all(a == NO for a in present):
+        answer = NO
+    else:
+        answer = UNSURE
+    return {"answer": answer, "detail": f"model runner V1: {v1['detail']}; model runner V2: "
+            f"{v2['detail']}", "v1": v1, "v2": v2}
 
 
 def _parser_import() -> str:
@@ -657,8 +753,7 @@ def check_vllm(archive: Archive, flashinfer_of) -> dict:
         except WatchError as exc:
             info["flashinfer_status"] = f"not read: {exc}"
     info["backend_plans_through_pinned_buffer"] = check_backend(archive.read(BACKEND), fi_paths)
-    info["drafter_replans_per_draft_step"] = check_drafter(
-        {path: archive.read(path) for path in DRAFTERS + DRAFTER_HELPERS})
+    info["drafter_replans_per_draft_step"] = check_drafter(archive.read)
     info["argument_parser"] = check_parser(archive)
     return info
 

@@ -200,6 +200,22 @@ WORKER_UTILS = b'''class AttentionGroup:
     def build_metadata_for_drafting(self, metadata, index):
         return self.builder.build_for_drafting(metadata, index)
 '''
+# Model runner V2: the MTP speculator and the base class holding its draft loop (as in 0.27.1).
+V2_MTP = b'''from vllm.v1.worker.gpu.spec_decode.autoregressive.speculator import (
+    AutoRegressiveSpeculator,
+)
+
+
+class MTPSpeculator(AutoRegressiveSpeculator):
+    pass
+'''
+V2_BASE = b'''class AutoRegressiveSpeculator:
+    def _multi_step_decode(self, num_reqs):
+        for step in range(1, self.num_speculative_steps):
+            if self.advance_draft_positions or step == 1:
+                metadata = self._build_draft_attn_metadata(num_reqs=num_reqs, step=step)
+            self._generate_draft(num_reqs, metadata)
+'''
 CLI_ARGS = b"def make_arg_parser(parser):\n    return parser\n"
 ARGPARSE = b"class FlexibleArgumentParser:\n    pass\n"
 
@@ -389,6 +405,40 @@ def test_vllm_whose_drafter_plans_once_meets_drop_when(tmp_path):
     assert code == 4
 
 
+V2_FILES = {"vllm__v1__worker__gpu__spec_decode__mtp__speculator.py": V2_MTP,
+            "vllm__v1__worker__gpu__spec_decode__autoregressive__speculator.py": V2_BASE}
+
+
+def test_vllm_whose_v2_runner_replans_needs_the_patch(tmp_path):
+    """V1's drafter plans once, model runner V2's MTP speculator still rebuilds per step: the
+    runner is chosen at start, so the patch stays load-bearing."""
+    tree = vllm_tree("0.34.0", **{"vllm__v1__spec_decode__llm_base_proposer.py": DRAFTER_ONCE},
+                     **V2_FILES)
+    code, result = vllm_setup(tmp_path, ("0.34.0", tree)).run()
+    drafter = row(result, "vllm", "0.34.0")["vllm"]["drafter_replans_per_draft_step"]
+    assert (drafter["v1"]["answer"], drafter["v2"]["answer"]) == ("no", "yes")
+    assert "autoregressive/speculator.py" in drafter["v2"]["detail"]
+    assert "_build_draft_attn_metadata" in drafter["v2"]["detail"]
+    assert drafter["answer"] == "yes"
+    assert (row(result, "vllm", "0.34.0")["verdict"], code) == ("patch-needed", 3)
+
+
+def test_vllm_whose_backend_updates_draft_metadata_in_place_could_not_tell(tmp_path):
+    backend = BACKEND.replace(
+        b"    def _decode_wrapper(self):",
+        b"    def __init__(self):\n        self.supports_draft_decode_metadata_update = True\n\n"
+        b"    def _decode_wrapper(self):")
+    tree = vllm_tree("0.34.0", **{"vllm__v1__spec_decode__llm_base_proposer.py": DRAFTER_ONCE,
+                                  "vllm__v1__attention__backends__flashinfer.py": backend},
+                     **V2_FILES)
+    code, result = vllm_setup(tmp_path, ("0.34.0", tree)).run()
+    drafter = row(result, "vllm", "0.34.0")["vllm"]["drafter_replans_per_draft_step"]
+    assert drafter["v2"]["answer"] == "could not tell"
+    assert "supports_draft_decode_metadata_update = True" in drafter["v2"]["detail"]
+    assert drafter["answer"] == "could not tell", "no runner says yes, one cannot say no"
+    assert (row(result, "vllm", "0.34.0")["verdict"], code) == ("patch-needed", 3)
+
+
 def test_vllm_whose_drafter_moved_could_not_tell(tmp_path):
     tree = vllm_tree("0.34.0", **{"vllm__v1__spec_decode__llm_base_proposer.py": None,
                                   "vllm__v1__spec_decode__proposer.py": DRAFTER_ONCE})
@@ -400,7 +450,7 @@ def test_vllm_whose_drafter_moved_could_not_tell(tmp_path):
     assert any("could not tell" in reason for reason in r["reasons"])
     assert code == 3
     code, text = setup.run(as_json=False)
-    assert re.search(r"^\s+- drafter: could not tell \(no draft loop", text, re.M), text
+    assert re.search(r"^\s+- drafter: could not tell \(model runner V1: none of", text, re.M), text
 
 
 def test_vllm_pinning_an_unknown_flashinfer_must_be_learned(tmp_path):

@@ -38,7 +38,8 @@ first; 1 could not run (index unreachable, a release could not be fetched or rea
 ``--record`` writes the registry: releases whose layout the patcher knows join
 ``versions_tested`` (FlashInfer) or ``watch.vllm_versions_tested`` (vLLM), and every checked
 release gets a ``watch.records`` row (release, verdict, checked_at). A must-learn release joins
-no list, so the next run reports it again.
+no list, so the next run reports it again. Nothing is written when a release could not be
+checked (exit 1).
 """
 
 from __future__ import annotations
@@ -379,7 +380,10 @@ def flashinfer_verdict(info: dict) -> tuple:
     if status == "unknown-layout":
         bad = [f for f in info["files"] if f["status"] == "unknown-layout"]
         return MUST_LEARN, [f"files/patcher.py must learn this release: {f['name']}: "
-                            f"{f.get('message', '')}" for f in bad], None
+                            f"{f.get('message', '')}" + (
+                                "" if f["name"] == "decode.py" else
+                                " (patched only with vllm_dual_fast_patch_all_files)")
+                            for f in bad], None
     still = [f["name"] for f in info["files"] if f["status"] == "needs-patch"]
     if status == "upstream-fixed":
         note = [f"decode.py upstream-fixed; still pinned (patched only with "

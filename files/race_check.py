@@ -36,9 +36,11 @@ Two uses, kept apart:
   Both need --allow-pinned (without it they are refused, exit 2), as do trials on an unpatched
   FlashInfer: the flag says "this GPU may fault; it serves nothing".
 
-GPU memory: one child at a time by default (--jobs 1). Each child holds a CUDA context (about
-500 MiB on an H200 with torch 2.11) plus what memory_estimate_mib() gives for the geometry
-(about 0.5 GiB for the default one); the probe refuses to start when less than that is free.
+GPU memory: one child at a time by default (--jobs 1), about 1.1 GiB each: its CUDA context
+(about 620 MiB on an H200 with torch 2.11 and CUDA 13) plus at most 510 MiB that torch reserved
+(measured, bench/results/race-rig-*.json) against memory_estimate_mib()'s 629 MiB for the
+default geometry. The probe refuses to start when less than that estimate is free after its
+own context.
 An out-of-memory error (torch.cuda.OutOfMemoryError, "CUDA out of memory",
 cudaErrorMemoryAllocation) in the probe or in a trial means the check could not run (exit 2,
 "could not run: out of GPU memory ..."), never a bad trial: next to an engine that holds 90 %
@@ -189,6 +191,10 @@ def oom_message(reason: str) -> str:
     reason = " ".join(str(reason).split())
     if reason.startswith("out of GPU memory"):
         return reason
+    # torch appends a pointer to the error table and a note on asynchronous reports: cut them
+    for tail in (" Search for `cudaError", " CUDA kernel errors might be asynchronously"):
+        if tail in reason:
+            reason = reason[:reason.index(tail)].rstrip()
     return ("out of GPU memory (the serving engine holds the rest; see memory_estimate_mib): "
             + reason[:300])
 

@@ -742,6 +742,14 @@ def test_out_of_memory_is_recognised():
     assert rc.is_out_of_memory("plan failed: cudaErrorMemoryAllocation")
     assert not rc.is_out_of_memory(RuntimeError("CUDA error: an illegal memory access"))
     assert not rc.is_out_of_memory("Unsupported group_size: 6")
+    # torch 2.11's text on the H200 (bench/results/race-rig-oom-*.json): the pointers cut
+    seen = ("AcceleratorError: CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation' "
+            "in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for "
+            "more information.\nCUDA kernel errors might be asynchronously reported at some "
+            "other API call, so the stacktrace below might be incorrect.")
+    assert rc.is_out_of_memory(seen)
+    assert rc.oom_message(seen).startswith("out of GPU memory")
+    assert rc.oom_message(seen).endswith(": AcceleratorError: CUDA error: out of memory")
 
 
 def test_out_of_memory_reported_by_a_child_is_not_a_bad_trial(doubled_self, capsys,

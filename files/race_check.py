@@ -1051,7 +1051,8 @@ def bench_only_refusal(args: argparse.Namespace) -> str:
     flags = [f for f, on in (("--compare", args.compare), ("--bench", args.bench)) if on]
     if not flags:
         return ""
-    return (f"refused: {' and '.join(flags)} run(s) FlashInfer with a pinned plan buffer, which "
+    verb = "runs" if len(flags) == 1 else "run"
+    return (f"refused: {' and '.join(flags)} {verb} FlashInfer with a pinned plan buffer, which "
             "provokes the race on purpose (illegal memory accesses, Xid 31 in the kernel log): "
             "a bench tool; add --allow-pinned only on a GPU that serves nothing. On a rig run "
             "without them: the installed FlashInfer's trials only")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fleet report of a rollout: one row per rig (standard library only, Python 3.9+).
 
-    python3 fleet_report.py --reports DIR [--pulled DIR] [--state-dir DIR] --out DIR [--print]
+    python3 fleet_report.py --reports DIR [--pulled DIR] [--state-dir DIR] [--hosts A,B,...]
+                            --out DIR [--print]
 
 Inputs
   --reports DIR  the per-rig health reports the role writes on the controller, DIR/<host>.json
@@ -21,8 +22,12 @@ Inputs
                  and at and history are not read. A rig in the state but without a report still
                  gets its row; a rig with a report but no state is "healthy" or "unhealthy" as its
                  report says, or "pull-failed" when the pull run that uploaded it failed.
-                 With a state, only the rigs in it are taken from --reports (the folder keeps
-                 reports of rigs no longer rolled out to); --pulled rigs are all kept.
+                 With a state, only the rigs in it or in --hosts are taken from --reports (the
+                 folder keeps reports of rigs no longer rolled out to); --pulled rigs are all
+                 kept.
+  --hosts A,B    every rig of the rollout (the inventory's rig3090 group): each gets a row even
+                 without a state file or a report ("no-report"); with --state-dir, a listed rig
+                 with no state file says in its reason that the rollout recorded nothing for it.
 
 Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rows",
 "footer"}) and .md (a table and its footer), written whole (no half-written file); their paths
@@ -33,8 +38,9 @@ upstream-fixed, pinned, or the status itself such as drift or unknown), decode t
 and at c=4 now and under the previous release (smoke.py --speed figures: the report's
 smoke.speed; "previous_speed" of the state), the number of kernel Xid lines, and a one-line
 reason (the state's, else the failures of an unhealthy report). The footer counts rigs per
-state and says whether every reachable rig (state not "unreachable") reports upstream-fixed, in
-which case the patch can be dropped fleet-wide.
+state and says whether every reachable rig (state not "unreachable" or "lost") reports
+upstream-fixed, in which case the patch can be dropped fleet-wide. A "lost" rig stopped
+answering during its switch: it may serve either release, so its row's report may be old.
 
 Exit codes: 0 written (whatever the rigs' states); 2 bad input: --reports or the state folder
 missing or unreadable, --pulled not a folder, a state file that is not a JSON object, an
@@ -50,8 +56,10 @@ import re
 import sys
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT = 0, 1, 2
-STATES = ("updated", "unchanged", "rolled-back", "failed", "not-reached", "unreachable",
+STATES = ("updated", "unchanged", "rolled-back", "failed", "lost", "not-reached", "unreachable",
           "staging-failed")
+# Rigs that did not answer at the end of the rollout: what they serve is not known now.
+UNANSWERED = ("unreachable", "lost")
 # Without a rollout state: what the rig's own report says.
 DERIVED_STATES = ("healthy", "unhealthy", "no-report", "pull-failed")
 PATCH_CLASSES = {"patched": "patched", "already-patched": "patched",
@@ -196,8 +204,13 @@ def _text(value):
     return value if isinstance(value, str) and value.strip() else None
 
 
-def row_for(host: str, report=None, state=None) -> dict:
-    """One rig's row from its merged report (None: none) and its rollout state (None: none)."""
+NO_STATE = "the rollout recorded no state for this rig"
+
+
+def row_for(host: str, report=None, state=None, missing_state=False) -> dict:
+    """One rig's row from its merged report (None: none) and its rollout state (None: none);
+    missing_state: the rig belongs to a rollout that recorded nothing for it (said in the
+    reason when nothing else is)."""
     report = report or {}
     state = state or {}
     patch_report = report.get("patch_report") if isinstance(report.get("patch_report"),
@@ -217,6 +230,8 @@ def row_for(host: str, report=None, state=None) -> dict:
     elif reason is None and report and _healthy(report) is False:
         failures = report.get("failures")
         reason = one_line(failures) if failures else "unhealthy (no failure named)"
+    if reason is None and missing_state and not state:
+        reason = NO_STATE
     return {
         "host": host,
         "state": state_of(report, state),
@@ -244,23 +259,24 @@ def row_for(host: str, report=None, state=None) -> dict:
 def footer(rows) -> dict:
     """Rigs per state (STATES, then DERIVED_STATES order: a row's state is always one of them,
     see check_state and state_of), and whether the patch can be dropped: every reachable rig
-    (state not unreachable) reports upstream-fixed."""
+    (state not unreachable or lost, UNANSWERED) reports upstream-fixed."""
     counts = {}
     for name in STATES + DERIVED_STATES:
         n = sum(1 for r in rows if r["state"] == name)
         if n:
             counts[name] = n
-    reachable = [r for r in rows if r["state"] != "unreachable"]
+    reachable = [r for r in rows if r["state"] not in UNANSWERED]
     holding = [r for r in reachable if r["patch"] != "upstream-fixed"]
     droppable = bool(reachable) and not holding
     lines = [f"{len(rows)} rig{'s' if len(rows) != 1 else ''}: "
              + (", ".join(f"{n} {name}" for name, n in counts.items()) or "none")]
-    unreachable = len(rows) - len(reachable)
+    unanswered = len(rows) - len(reachable)
+    kinds = " and ".join(f"{n} {name}" for name in UNANSWERED
+                         for n in [sum(1 for r in rows if r["state"] == name)] if n)
     if droppable:
         lines.append("Every reachable rig reports upstream-fixed: the patch can be dropped "
-                     "fleet-wide" + (f" ({unreachable} unreachable rig"
-                                     f"{'s' if unreachable != 1 else ''} not counted)."
-                                     if unreachable else "."))
+                     "fleet-wide" + (f" ({kinds} rig{'s' if unanswered != 1 else ''} not "
+                                     "counted)." if unanswered else "."))
     elif reachable:
         lines.append(f"The patch stays: {len(holding)} of {len(reachable)} reachable rigs do not "
                      "report upstream-fixed (" + ", ".join(f"{r['host']} {r['patch']}"
@@ -376,10 +392,14 @@ def check_state(value: dict, path: str) -> None:
                        f"(one of {', '.join(STATES)})")
 
 
-def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None) -> dict:
-    """The fleet report: one row per host in the reports or the state, sorted by host."""
-    hosts = sorted(set(reports) | set(state))
-    rows = [row_for(h, reports.get(h), state.get(h)) for h in hosts]
+def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None, hosts=(),
+                rollout=False) -> dict:
+    """The fleet report: one row per host in the reports, the state or `hosts` (the rollout's
+    rigs), sorted by host. rollout: the state is a rollout's, so a rig of `hosts` missing from
+    it says so."""
+    listed = set(hosts)
+    rows = [row_for(h, reports.get(h), state.get(h), missing_state=rollout and h in listed)
+            for h in sorted(set(reports) | set(state) | listed)]
     return {"generated_at": generated_at, "inputs": inputs or {}, "rows": rows,
             "footer": footer(rows)}
 
@@ -406,9 +426,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pulled", metavar="DIR", help="reports uploaded by pulled rigs")
     parser.add_argument("--state-dir", metavar="DIR",
                         help="the rollout's state, one DIR/<host>.json per rig")
+    parser.add_argument("--hosts", default="", metavar="A,B,...",
+                        help="every rig of the rollout, comma-separated: each gets a row")
     parser.add_argument("--out", required=True, metavar="DIR", help="where fleet-*.json/md go")
     parser.add_argument("--print", action="store_true", help="print the Markdown on stdout")
     return parser
+
+
+def host_list(text) -> list:
+    """Host names from 'a,b, c' (blanks and repeats dropped, order kept)."""
+    names = [name.strip() for name in str(text or "").split(",")]
+    return list(dict.fromkeys(name for name in names if name))
 
 
 def main(argv=None) -> int:
@@ -430,15 +458,18 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT
     for note in notes:
         sys.stderr.write(f"fleet_report: {note}\n")
-    if state:
+    hosts = host_list(args.hosts)
+    if state or (args.state_dir and hosts):
         # A rollout's report shows the rigs it rolled out to and the pulled rigs' uploads, not
         # every report ever left in the folder (rigs gone from the inventory, other inventories).
-        sources[0] = {host: report for host, report in sources[0].items() if host in state}
+        sources[0] = {host: report for host, report in sources[0].items()
+                      if host in state or host in hosts}
     try:
         fleet = build_fleet(merge_reports(*sources), state,
                             now.isoformat(timespec="seconds").replace("+00:00", "Z"),
                             {"reports": args.reports, "pulled": args.pulled,
-                             "state": args.state_dir})
+                             "state": args.state_dir, "hosts": hosts},
+                            hosts=hosts, rollout=bool(args.state_dir))
         paths = write_fleet(fleet, args.out, now.strftime("%Y%m%dT%H%M%SZ"))
     except Exception as exc:  # noqa: BLE001 (unexpected: say so, exit 1)
         sys.stderr.write(f"fleet_report: error: {type(exc).__name__}: {exc}\n")

@@ -389,3 +389,71 @@ def test_with_a_rollout_state_pushed_reports_of_other_hosts_are_left_out(tmp_pat
     [written] = list(out.glob("fleet-*.json"))
     hosts = [row["host"] for row in json.loads(written.read_text())["rows"]]
     assert hosts == ["nat-rig", "rig-a"]
+
+
+# --- lost rigs and rigs without a state file -----------------------------------------------------
+
+LOST = "lost during the switch: may serve either release"
+
+
+def test_a_lost_rig_is_a_state_of_its_own_counted_in_the_footer_and_not_as_reachable():
+    assert "lost" in fleet.STATES
+    result = fleet.footer(rows(("a", "updated", "upstream-fixed"),
+                               ("b", "lost", "patched"),
+                               ("c", "unreachable", "patched")))
+    assert result["states"] == {"updated": 1, "lost": 1, "unreachable": 1}
+    assert result["lines"][0] == "3 rigs: 1 updated, 1 lost, 1 unreachable"
+    # What a lost rig serves now is not known: like an unreachable one, it holds nothing back.
+    assert result["reachable"] == 1 and result["patch_droppable"] is True
+    assert result["lines"][1] == ("Every reachable rig reports upstream-fixed: the patch can be "
+                                  "dropped fleet-wide (1 unreachable and 1 lost rigs not "
+                                  "counted).")
+
+
+def test_cli_reads_a_lost_state_and_prints_its_reason(tmp_path, capsys):
+    reports = write_reports(tmp_path / "reports", report("rig1"))
+    states = write_states(tmp_path / "state", {"rig1": {"state": "lost", "reason": LOST}})
+    code, out, err = run(capsys, "--reports", reports, "--state-dir", states,
+                         "--out", tmp_path / "o", "--print")
+    assert code == 0, err
+    assert "| rig1 | lost | rel-rig1 |" in out and LOST in out
+    assert "1 rig: 1 lost" in out
+
+
+def test_cli_gives_a_row_to_every_listed_rig_even_without_a_state_file(tmp_path, capsys):
+    # rig2 has a report but the rollout recorded nothing for it; rig3 has neither: both keep a
+    # row, saying so, instead of vanishing; old-rig (not listed, no state) is left out.
+    reports = write_reports(tmp_path / "reports", report("rig1"), report("rig2"),
+                            report("old-rig"))
+    states = write_states(tmp_path / "state", {"rig1": {"state": "updated"}})
+    code, out, err = run(capsys, "--reports", reports, "--state-dir", states,
+                         "--hosts", "rig1,rig2,rig3", "--out", tmp_path / "o")
+    assert code == 0, err
+    data = json.loads(next((tmp_path / "o").glob("fleet-*.json")).read_text())
+    by_host = {r["host"]: r for r in data["rows"]}
+    assert list(by_host) == ["rig1", "rig2", "rig3"]
+    assert by_host["rig1"]["reason"] is None
+    assert (by_host["rig2"]["state"], by_host["rig2"]["reason"]) == ("healthy", fleet.NO_STATE)
+    assert (by_host["rig3"]["state"], by_host["rig3"]["reason"]) == ("no-report", fleet.NO_STATE)
+    assert data["footer"]["rigs"] == 3
+
+
+def test_cli_lists_the_rigs_even_before_any_state_is_recorded(tmp_path, capsys):
+    states = tmp_path / "state"
+    states.mkdir()
+    code, _, err = run(capsys, "--reports", write_reports(tmp_path / "reports"),
+                       "--state-dir", states, "--hosts", " rig1, ,rig1,rig2 ",
+                       "--out", tmp_path / "o")
+    assert code == 0, err
+    data = json.loads(next((tmp_path / "o").glob("fleet-*.json")).read_text())
+    assert [r["host"] for r in data["rows"]] == ["rig1", "rig2"]
+    assert data["inputs"]["hosts"] == ["rig1", "rig2"]
+
+
+def test_an_empty_host_list_adds_no_row(tmp_path, capsys):
+    states = write_states(tmp_path / "state", {"rig1": {"state": "updated"}})
+    code, _, err = run(capsys, "--reports", write_reports(tmp_path / "reports"),
+                       "--state-dir", states, "--hosts", "", "--out", tmp_path / "o")
+    assert code == 0, err
+    data = json.loads(next((tmp_path / "o").glob("fleet-*.json")).read_text())
+    assert [r["host"] for r in data["rows"]] == ["rig1"]

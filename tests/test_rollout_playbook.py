@@ -1,100 +1,44 @@
-"""playbooks/rollout.yml's grouping of staged rigs and its canary and batch plays, run by
-ansible-playbook over local stand-in hosts: the task and the plays' host patterns are taken from
-the playbook unchanged. The canary must be the first staged rig in inventory order, and a rig
-whose staging failed must be in no batch. (The group_by this replaced ordered rigs as their
-results came back from the forks: the fleet scenario once got rig 2 as its canary. That order
-cannot be forced here, so these tests pin the order the playbook promises instead.)"""
+"""playbooks/rollout.yml's canary and batches, run by ansible-playbook over local stand-in rigs
+with the playbook's plays and task files unchanged (rollout_stand_ins.py). The canary must be the
+first staged rig in inventory order, the rest cut into batches as `serial` would cut them, and a
+rig whose staging failed must be in no batch. (A group_by the playbook once used ordered rigs as
+their results came back from the forks: the fleet scenario once got rig 2 as its canary. That
+order cannot be forced here, so these tests pin the order the playbook promises instead.)"""
 
 import json
 from pathlib import Path
 
 import yaml
 from ansible_runner import run_playbook
+from rollout_stand_ins import rollout_play, run_rollout
 
 ROOT = Path(__file__).parents[1]
-ROLLOUT = yaml.safe_load((ROOT / "playbooks/rollout.yml").read_text())
 RIGS = ["rig-1", "rig-2", "rig-3", "rig-4"]
 
 
-def rollout_play(name_part):
-    plays = [p for p in ROLLOUT if name_part in p["name"]]
-    assert len(plays) == 1, [p["name"] for p in ROLLOUT]
-    return plays[0]
-
-
-def grouping_task():
-    tasks = [t for t in rollout_play("Stage")["tasks"] if "Group the staged rigs" in t["name"]]
-    assert len(tasks) == 1, [t["name"] for t in rollout_play("Stage")["tasks"]]
-    return tasks[0]
-
-
-def batch_recorder(log):
-    """A task that appends its play's batch to `log`, once per batch (serial plays run
-    run_once tasks once per batch), so the lines come in the order the batches ran."""
-    return {
-        "name": "Record the batch",
-        "ansible.builtin.lineinfile": {
-            "path": str(log),
-            "line": "{{ ansible_play_batch | join(',') }}",
-            "create": True,
-            "mode": "0644",
-        },
-        "run_once": True,
-    }
-
-
-def run(tmp_path, staged, extra_vars=None):
-    """The rigs in `staged` stage, the others fail staging; returns the canary play's batch and
-    the batches of the rest, each a comma-joined line."""
-    inventory = {"rig3090": {"hosts": {rig: {"ansible_connection": "local"} for rig in RIGS}}}
-    canary, batches = rollout_play("canary"), rollout_play("batches")
-    canary_log, batches_log = tmp_path / "canary.log", tmp_path / "batches.log"
-    plays = [
-        {
-            "name": "Stage",
-            "hosts": "rig3090",
-            "gather_facts": False,
-            "tasks": [
-                {
-                    "name": "Staged",
-                    "ansible.builtin.set_fact": {"_vdf_staged": True},
-                    "when": "inventory_hostname in " + json.dumps(staged),
-                },
-                grouping_task(),
-            ],
-        },
-        {
-            "name": "Canary",
-            "hosts": canary["hosts"],
-            "gather_facts": False,
-            "tasks": [batch_recorder(canary_log)],
-        },
-        {
-            "name": "Batches",
-            "hosts": batches["hosts"],
-            "gather_facts": False,
-            "serial": batches["serial"],
-            "tasks": [batch_recorder(batches_log)],
-        },
-    ]
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    result, out = run_playbook(
+def run(tmp_path, staged, extra_vars=None, rigs=RIGS):
+    """The rigs in `staged` stage, the others fail staging; returns the canary batch and the
+    batches of the rest, each a list of rigs, in the order they switched."""
+    result = run_rollout(
         tmp_path,
-        plays,
-        extra_vars,
-        args=("-f", "4"),
-        inventory=("-i", str(tmp_path / "inventory.yml")),
+        rigs,
+        {"vdf_test_fail": {rig: "staging" for rig in rigs if rig not in staged},
+         **(extra_vars or {})},
     )
-    assert result.returncode == 0, out
-    return [
-        log.read_text().splitlines() if log.exists() else [] for log in (canary_log, batches_log)
-    ]
+    assert result.result.returncode == 0, result.out
+    canary, batches = [], []
+    for line in result.switched.values():
+        into = canary if line["canary"] else batches
+        if line["batch"] not in into:
+            into.append(line["batch"])
+    assert len(canary) <= 1, canary
+    return (canary[0] if canary else []), batches
 
 
 def test_the_canary_is_the_first_staged_rig_in_inventory_order(tmp_path):
     canary, batches = run(tmp_path, ["rig-1", "rig-3", "rig-4"])
     assert canary == ["rig-1"]
-    assert batches == ["rig-3", "rig-4"]  # default batches [1, "25%", "100%"]; rig-2 never staged
+    assert batches == [["rig-3"], ["rig-4"]]  # default [1, "25%", "100%"]; rig-2 never staged
 
 
 def test_two_canaries_then_the_rest_in_one_batch(tmp_path):
@@ -103,8 +47,23 @@ def test_two_canaries_then_the_rest_in_one_batch(tmp_path):
         ["rig-2", "rig-3", "rig-4"],
         {"vdf_rollout_canary": 2, "vdf_rollout_batches": ["100%"]},
     )
-    assert canary == ["rig-2,rig-3"]
-    assert batches == ["rig-4"]
+    assert canary == ["rig-2", "rig-3"]
+    assert batches == [["rig-4"]]
+
+
+def test_batches_are_cut_as_serial_cuts_them(tmp_path):
+    # After the canary, 9 rigs: 1, then 25 % of 9 (2), then 100 % (the 6 left), as Ansible's
+    # serial [1, "25%", "100%"] would; an integer batch size repeats to the end.
+    rigs = [f"rig-{i:02d}" for i in range(10)]
+    canary, batches = run(tmp_path, rigs, rigs=rigs)
+    assert canary == rigs[:1]
+    assert batches == [rigs[1:2], rigs[2:4], rigs[4:]]
+
+
+def test_a_batch_size_that_repeats(tmp_path):
+    canary, batches = run(tmp_path, RIGS, {"vdf_rollout_batches": 2})
+    assert canary == ["rig-1"]
+    assert batches == [["rig-2", "rig-3"], ["rig-4"]]
 
 
 # --- the canary's gates in the role's health check ----------------------------------------------

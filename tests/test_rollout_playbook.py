@@ -8,6 +8,7 @@ order cannot be forced here, so these tests pin the order the playbook promises 
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from ansible_runner import run_playbook
 from rollout_stand_ins import rollout_play, run_rollout
@@ -51,19 +52,73 @@ def test_two_canaries_then_the_rest_in_one_batch(tmp_path):
     assert batches == [["rig-4"]]
 
 
-def test_batches_are_cut_as_serial_cuts_them(tmp_path):
+def batching_task():
+    play = rollout_play("Stage")
+    tasks = [t for t in play["tasks"] if t["name"].startswith("Cut the staged rigs into batches")]
+    assert len(tasks) == 1, [t["name"] for t in play["tasks"]]
+    return tasks[0]
+
+
+def batches_of(tmp_path, staged, extra_vars, rigs):
+    """The batches the staging play's task cuts, run alone: the controller host first, then the
+    rigs, `staged` of them in vdf_staged."""
+    inventory = {
+        "all": {
+            "hosts": {"vdf-rollout-controller": {"ansible_connection": "local",
+                                                 "_vdf_rollout_controller": True}},
+            "children": {
+                "rig3090": {"hosts": {r: {"ansible_connection": "local"} for r in rigs}},
+                "vdf_staged": {"hosts": {r: {} for r in staged}},
+            },
+        }
+    }
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    out_file = tmp_path / "batches.json"
+    plays = [
+        {
+            "name": "Cut batches",
+            "hosts": "vdf-rollout-controller:rig3090",
+            "gather_facts": False,
+            "tasks": [
+                batching_task(),
+                {
+                    "name": "Write them",
+                    "ansible.builtin.copy": {"content": "{{ _vdf_batches | to_json }}",
+                                             "dest": str(out_file), "mode": "0644"},
+                    "when": "_vdf_rollout_controller | default(false)",
+                },
+            ],
+        }
+    ]
+    result, out = run_playbook(tmp_path, plays, extra_vars,
+                               inventory=("-i", str(tmp_path / "inventory.yml")))
+    assert result.returncode == 0, out
+    return json.loads(out_file.read_text())
+
+
+TEN = [f"rig-{i:02d}" for i in range(10)]
+
+
+@pytest.mark.parametrize("extra_vars, expected", [
     # After the canary, 9 rigs: 1, then 25 % of 9 (2), then 100 % (the 6 left), as Ansible's
-    # serial [1, "25%", "100%"] would; an integer batch size repeats to the end.
-    rigs = [f"rig-{i:02d}" for i in range(10)]
-    canary, batches = run(tmp_path, rigs, rigs=rigs)
-    assert canary == rigs[:1]
-    assert batches == [rigs[1:2], rigs[2:4], rigs[4:]]
+    # serial [1, "25%", "100%"] cuts them.
+    ({}, [TEN[:1], TEN[1:2], TEN[2:4], TEN[4:]]),
+    ({"vdf_rollout_batches": 2}, [TEN[:1]] + [TEN[i:i + 2] for i in range(1, 10, 2)]),
+    ({"vdf_rollout_batches": "50%"}, [TEN[:1], TEN[1:5], TEN[5:9], TEN[9:]]),
+    ({"vdf_rollout_batches": [3, 0]}, [TEN[:1], TEN[1:4], TEN[4:]]),  # 0: all the rest
+    ({"vdf_rollout_batches": ["10%"]}, [TEN[:1]] + [[r] for r in TEN[1:]]),  # never below 1
+    ({"vdf_rollout_canary": 3, "vdf_rollout_batches": ["100%"]}, [TEN[:3], TEN[3:]]),
+    ({"vdf_rollout_canary": 12}, [TEN]),  # more canaries than rigs: all are canaries
+])
+def test_batches_are_cut_as_serial_cuts_them(tmp_path, extra_vars, expected):
+    assert batches_of(tmp_path, TEN, extra_vars, TEN) == expected
 
 
-def test_a_batch_size_that_repeats(tmp_path):
-    canary, batches = run(tmp_path, RIGS, {"vdf_rollout_batches": 2})
-    assert canary == ["rig-1"]
-    assert batches == [["rig-2", "rig-3"], ["rig-4"]]
+def test_only_staged_rigs_are_batched_in_inventory_order(tmp_path):
+    staged = ["rig-05", "rig-01", "rig-03"]  # as group_by results come back: any order
+    assert batches_of(tmp_path, staged, {"vdf_rollout_batches": ["100%"]}, TEN) == [
+        ["rig-01"], ["rig-03", "rig-05"]]
+    assert batches_of(tmp_path, [], {}, TEN) == []
 
 
 # --- the canary's gates in the role's health check ----------------------------------------------

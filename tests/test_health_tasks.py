@@ -6,6 +6,7 @@ its arguments. What is checked: a race check that could not be copied into the c
 and the judge compares the speed only with the report of the release that served before."""
 
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -49,6 +50,15 @@ print("race_check: trial 1 of 1 ...")
 print(f"race_check: stand-in exit {rc} at {{time.time()}}")
 sys.exit({rc})
 """
+
+
+def health_input(release_dir, gates=True, baseline_release="", baseline_report=None):
+    """health.yml's one input: the release folder, its manifest, the gates, the baseline."""
+    manifest = {"release": Path(release_dir).name, "image": "img", "model": "m",
+                "served_model_name": "q", "patch_enabled": True, "bind_address": "127.0.0.1",
+                "port": 8000, "api_key_set": False, "max_num_seqs": 4, "race_exposed": True}
+    return {"release_dir": release_dir, "manifest": manifest, "gates": gates,
+            "baseline_release": baseline_release, "baseline_report": baseline_report or {}}
 
 
 def health_task(name):
@@ -114,8 +124,9 @@ def run_race_check(tmp_path, container, serving):
                       "content": "{{ _vllm_dual_fast_race_check | to_json }}", "dest": str(out),
                       "mode": "0644"}}],
     }]
-    facts = {"_vllm_dual_fast_container": container, "_vllm_dual_fast_serving_dir": str(serving),
-             "_vllm_dual_fast_serving": {"gates": True}, "vllm_dual_fast_gate_race_check": "auto"}
+    facts = {"_vllm_dual_fast_container": container,
+             "_vllm_dual_fast_serving": {"gates": True, "dir": str(serving)},
+             "vllm_dual_fast_gate_race_check": "auto"}
     result, text = run_playbook(tmp_path, play, facts)
     assert result.returncode == 0, text
     return json.loads(out.read_text())
@@ -160,10 +171,8 @@ def test_the_speed_is_measured_before_the_soak(tmp_path, running):
              + [{"name": "Keep the race check", "ansible.builtin.copy": {
                  "content": "{{ _vllm_dual_fast_race_check | to_json }}", "dest": str(out),
                  "mode": "0644"}}]}]
-    facts = {**DEFAULTS, "vllm_dual_fast_image": "img", "vllm_dual_fast_model": "m",
-             "vllm_dual_fast_canary": True, "_vllm_dual_fast_release_is_new": True,
-             "vllm_dual_fast_gate_soak_s": 5, "_vllm_dual_fast_container": running,
-             "_vllm_dual_fast_serving_dir": str(serving)}
+    facts = {**DEFAULTS, "vllm_dual_fast_gate_soak_s": 5, "_vllm_dual_fast_container": running,
+             "_vllm_dual_fast_health": health_input(str(serving))}
     result, text = run_playbook(tmp_path, play, facts)
     assert result.returncode == 0, text
     calls = [json.loads(line) for line in (serving / "calls.log").read_text().splitlines()]
@@ -186,7 +195,7 @@ def judge(tmp_path, previous_report, previous, race_rc=0, race_stderr="", **chan
     out = tmp_path / "judged.json"
     play = [{
         "name": "Judge", "hosts": "localhost", "gather_facts": False,
-        "tasks": [health_task("Know how the serving release was deployed"),
+        "tasks": [health_task("Know what is judged"),
                   health_task("Judge the health checks"),
                   {"name": "Keep the verdict", "ansible.builtin.copy": {
                       "content": "{{ [_vllm_dual_fast_report, _vllm_dual_fast_health_failures]"
@@ -194,11 +203,9 @@ def judge(tmp_path, previous_report, previous, race_rc=0, race_stderr="", **chan
     }]
     smoke = {"ok": True, "failures": [], "speed": SPEED_SLOWER}
     facts = {
-        **DEFAULTS, "vllm_dual_fast_image": "img", "vllm_dual_fast_model": "m",
-        "vllm_dual_fast_canary": True, "_vllm_dual_fast_release_is_new": True,
-        "vllm_dual_fast_gate_soak_s": 5, "_vllm_dual_fast_serving_dir": "/opt/releases/rel-b",
-        "_vllm_dual_fast_previous": f"/opt/releases/{previous}" if previous else "",
-        "_vllm_dual_fast_previous_report": previous_report,
+        **DEFAULTS, "vllm_dual_fast_gate_soak_s": 5,
+        "_vllm_dual_fast_health": health_input("/opt/releases/rel-b", baseline_release=previous,
+                                               baseline_report=previous_report),
         "_vllm_dual_fast_smoke": {"rc": 0, "stdout": json.dumps(smoke), "stderr": ""},
         "_vllm_dual_fast_soak": {"rc": 0, "stderr": "", "stdout": json.dumps(
             {"ok": True, "failures": [], "soak": {"requests": 9, "failed": 0}})},
@@ -254,7 +261,80 @@ def test_a_race_check_that_could_not_be_copied_in_warns_naming_why(tmp_path):
 
 def test_a_release_that_is_no_canary_is_judged_without_gates(tmp_path):
     report, failures = judge(tmp_path, previous_report("rel-a"), "rel-a",
-                             vllm_dual_fast_canary=False,
+                             _vllm_dual_fast_health=health_input("/opt/releases/rel-b",
+                                                                 gates=False),
                              _vllm_dual_fast_soak={"skipped": True},
                              _vllm_dual_fast_race_check={"skipped": True})
     assert failures == [] and report["gates"] == {} and report["canary"] is False, report
+
+
+# A race check that passes its own trials but faults the GPU on the way (what the pinned
+# comparison does on a real card): the NVIDIA driver's Xid line lands in the kernel log, here
+# through the kernel-log double's lines file, which the container writes through a bind mount.
+PROVOKING_RACE_CHECK = """\
+import time
+line = ("NVRM: Xid (PCI:0000:01:00): 31, pid=4321, name=python3, Ch 00000008, intr 00000000. "
+        "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3a_1c000000.")
+with open("/kmsg/lines", "a") as log:
+    log.write(f"{time.time():.6f} {line}\\n")
+print("race_check: installed: 0 of 3 bad")
+"""
+
+
+@needs_docker
+def test_a_race_check_that_faults_the_gpu_fails_health(tmp_path):
+    from test_kernel_log_tasks import REAL_DMESG, REAL_JOURNALCTL, kernel_log_tasks
+
+    kmsg = tmp_path / "kmsg"
+    kmsg.mkdir()
+    (kmsg / "lines").write_text("")
+    name = f"vdf-health-test-xid-{uuid.uuid4().hex[:8]}"
+    docker("run", "-d", "--name", name, "-v", f"{kmsg}:/kmsg", IMAGE, "sleep", "infinity")
+    try:
+        serving = release_dir(tmp_path)
+        (serving / "checks/race_check.py").write_text(PROVOKING_RACE_CHECK)
+        double_bin, real_bin = tmp_path / "bin", tmp_path / "real"
+        double_bin.mkdir()
+        real_bin.mkdir()
+        for tool, text in (("dmesg", REAL_DMESG), ("journalctl", REAL_JOURNALCTL)):
+            (double_bin / tool).symlink_to(ROOT / "molecule/doubles/dmesg-double")
+            (real_bin / tool).write_text(text)
+            (real_bin / tool).chmod(0o755)
+        out = tmp_path / "judged.json"
+        smoke = {"ok": True, "failures": [], "speed": SPEED_BEFORE}
+        play = [{
+            "name": "Race check, kernel log, judge", "hosts": "localhost", "gather_facts": False,
+            "tasks": [
+                {"name": "Open the window",
+                 "ansible.builtin.include_tasks": str(ROLE / "tasks/kernel_window.yml")},
+                health_task("Know what is judged"),
+                health_task(RACE_TASK),
+                *kernel_log_tasks(),
+                health_task("Judge the health checks"),
+                {"name": "Keep the verdict", "ansible.builtin.copy": {
+                    "content": "{{ [_vllm_dual_fast_report, _vllm_dual_fast_health_failures]"
+                               " | to_json }}", "dest": str(out), "mode": "0644"}}],
+        }]
+        facts = {
+            **DEFAULTS, "_vllm_dual_fast_container": name,
+            "_vllm_dual_fast_health": health_input(str(serving)),
+            "_vllm_dual_fast_smoke": {"rc": 0, "stdout": json.dumps(smoke), "stderr": ""},
+            "_vllm_dual_fast_soak": {"skipped": True},
+            "_vllm_dual_fast_restarts_before": {"stdout": "0"},
+            "_vllm_dual_fast_restarts_after": {"stdout": "0 2026-01-01T00:00:00Z"},
+            "_vllm_dual_fast_patch_at_start": {"stdout": ""},
+            "_vllm_dual_fast_patch_check": {"stdout": '{"status": "patched"}', "stderr": ""},
+            "_vllm_dual_fast_vllm_version": {"rc": 0, "stdout": "0.27.1"},
+        }
+        env = {"PATH": f"{double_bin}:{real_bin}:{os.environ['PATH']}",
+               "DMESG_DOUBLE_LINES": str(kmsg / "lines"),
+               "DMESG_DOUBLE_CONFIG": str(tmp_path / "no-config.json"),
+               "JOURNAL_KEEPS_KERNEL": "0"}
+        result, text = run_playbook(tmp_path, play, facts, env=env)
+        assert result.returncode == 0, text
+        report, failures = json.loads(out.read_text())
+    finally:
+        docker("rm", "-f", name, check=False)
+    assert report["gates"]["race_check"][0] == "pass", report["gates"]  # its own trials passed
+    assert [f for f in failures if "Xid" in f and "pid=4321" in f], failures
+    assert report["healthy"] is False

@@ -1,0 +1,102 @@
+"""The serving release as one explicit object: which release a run deploys, which one serves,
+which one last passed health (`last-good`), and what a failure falls back to.
+
+The rig keeps two links beside the release folders: `current` (what Compose serves; it may move
+before health) and `last-good` (moved only by a passed health check). A run that finds `current`
+different from `last-good` treats the release as new: it is judged again (gates included) and a
+failure goes back to `last-good`, so an interrupted switch is never taken as proven."""
+
+import posixpath
+
+
+def _link_target(stat):
+    """The target of a link from ansible.builtin.stat's result, '' when it is not a link."""
+    stat = (stat or {}).get("stat", stat) or {}
+    return stat.get("lnk_source", "") if stat.get("islnk") else ""
+
+
+def adopted_last_good(current, legacy_report):
+    """A rig set up before `last-good` existed: `current` counts as last good when the rig's
+    report says that very release was healthy, else nothing does."""
+    report = legacy_report or {}
+    if (current and report.get("release") == posixpath.basename(current)
+            and str(report.get("healthy")).lower() == "true"):
+        return current
+    return ""
+
+
+def release_switch(inputs):
+    """One run's switch: {release, current, last_good, last_good_link, is_new, rollback_to,
+    fallback}. inputs: release (the folder this run renders), current and last_good (stat
+    results of the two links), legacy_report (the rig's report.json, for rigs without
+    `last-good`).
+
+    fallback says what a failed health check does: "restore" `last-good` (it differs from the
+    failed release), "recheck" (the failed release is the last good one: check it again after a
+    settle time and keep it serving either way), or "stop" (no release on the rig ever passed)."""
+    release = inputs["release"]
+    current = _link_target(inputs.get("current"))
+    last_good_link = _link_target(inputs.get("last_good"))
+    last_good = last_good_link or adopted_last_good(current, inputs.get("legacy_report"))
+    if not last_good:
+        fallback = "stop"
+    elif last_good == release:
+        fallback = "recheck"
+    else:
+        fallback = "restore"
+    return {
+        "release": release,
+        "current": current,
+        "last_good": last_good,
+        "last_good_link": last_good_link,
+        "is_new": release != last_good,
+        "rollback_to": last_good if fallback == "restore" else "",
+        "fallback": fallback,
+    }
+
+
+def release_baseline(verdict, legacy_report, last_good):
+    """The report a new release's speed is compared with: the last good release's own verdict
+    report, else (a rig from before verdicts) the rig's report when it is that release's."""
+    report = (verdict or {}).get("report") or {}
+    if report.get("release") == posixpath.basename(last_good or "") and last_good:
+        return report
+    return legacy_report or {}
+
+
+def _true(value):
+    return str(value).lower() == "true"
+
+
+def release_manifest(cfg):
+    """What a release is, written beside its files: the id (the folder's name), image, model and
+    revision, patch setting, serve flags, where it listens, and when it was created. Rollback,
+    verify and health read it instead of this run's variables or the compose file."""
+    manifest = dict(cfg)
+    manifest["release"] = posixpath.basename(cfg["release"])
+    for key in ("patch_enabled", "api_key_set", "race_exposed"):
+        manifest[key] = _true(cfg.get(key))
+    for key in ("port", "max_num_seqs"):
+        manifest[key] = int(cfg[key])
+    return manifest
+
+
+def release_verdict(report, healthy_at):
+    """A passed health check, as the release folder keeps it: when, which gates, the report."""
+    return {
+        "release": report.get("release"),
+        "healthy_at": healthy_at,
+        "canary": report.get("canary", False),
+        "gates": report.get("gates") or {},
+        "report": report,
+    }
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "vllm_dual_fast_release_switch": release_switch,
+            "vllm_dual_fast_release_baseline": release_baseline,
+            "vllm_dual_fast_release_manifest": release_manifest,
+            "vllm_dual_fast_release_verdict": release_verdict,
+        }

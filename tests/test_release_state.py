@@ -1,0 +1,107 @@
+"""The serving release as one object (filter_plugins/vllm_dual_fast_release.py): which release a
+run judges as new, what a failure falls back to, and what a release folder keeps (manifest,
+verdict). The cases are the rig states an interrupted or failed switch leaves behind."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).parents[1] / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_release.py"
+_spec = importlib.util.spec_from_file_location("release_filters", _PATH)
+release = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(release)
+
+A = "/opt/vllm-dual-fast/releases/aaaaaaaaaaaaaaaa"
+B = "/opt/vllm-dual-fast/releases/bbbbbbbbbbbbbbbb"
+
+
+def link(target):
+    """ansible.builtin.stat's result for a link to `target` (None: no link there)."""
+    if target is None:
+        return {"stat": {"exists": False}}
+    return {"stat": {"exists": True, "islnk": True, "lnk_source": target}}
+
+
+def switch(to, current, last_good, legacy_report=None):
+    return release.release_switch({"release": to, "current": link(current),
+                                   "last_good": link(last_good), "legacy_report": legacy_report})
+
+
+def test_a_release_already_proven_here_is_unchanged_and_rechecked_on_failure():
+    judged = switch(A, current=A, last_good=A)
+    assert judged["is_new"] is False
+    assert judged["fallback"] == "recheck"
+    assert judged["rollback_to"] == ""
+
+
+def test_a_new_release_falls_back_to_last_good():
+    judged = switch(B, current=A, last_good=A)
+    assert judged["is_new"] is True
+    assert (judged["fallback"], judged["rollback_to"]) == ("restore", A)
+
+
+def test_an_interrupted_switch_is_judged_again_not_taken_as_proven():
+    # `current` moved to B (or B even started) but no health check passed: B is still new and a
+    # failure goes back to A, although `current` already says B.
+    judged = switch(B, current=B, last_good=A)
+    assert judged["is_new"] is True
+    assert (judged["fallback"], judged["rollback_to"]) == ("restore", A)
+
+
+def test_going_back_to_last_good_after_an_interrupted_switch_is_not_new():
+    judged = switch(A, current=B, last_good=A)
+    assert judged["is_new"] is False
+    assert judged["fallback"] == "recheck"
+
+
+def test_a_rig_where_nothing_ever_passed_stops_a_failing_release():
+    assert switch(B, current=None, last_good=None)["fallback"] == "stop"
+    # The first release, interrupted after its switch: still nothing proven.
+    assert switch(B, current=B, last_good=None)["fallback"] == "stop"
+
+
+@pytest.mark.parametrize(("report", "adopted"), [
+    ({"release": "aaaaaaaaaaaaaaaa", "healthy": True}, A),
+    ({"release": "aaaaaaaaaaaaaaaa", "healthy": "True"}, A),
+    ({"release": "aaaaaaaaaaaaaaaa", "healthy": False}, ""),
+    ({"release": "bbbbbbbbbbbbbbbb", "healthy": True}, ""),
+    ({}, ""),
+])
+def test_a_rig_from_before_last_good_adopts_current_only_if_its_report_says_healthy(report,
+                                                                                  adopted):
+    judged = switch(B, current=A, last_good=None, legacy_report=report)
+    assert judged["last_good"] == adopted
+    assert judged["last_good_link"] == ""
+    assert judged["fallback"] == ("restore" if adopted else "stop")
+
+
+def test_the_speed_baseline_is_the_last_good_release_s_own_verdict():
+    verdict = {"report": {"release": "aaaaaaaaaaaaaaaa", "healthy": True,
+                          "smoke": {"speed": {"c1": 1}}}}
+    rig_report = {"release": "bbbbbbbbbbbbbbbb", "healthy": False}
+    assert release.release_baseline(verdict, rig_report, A) == verdict["report"]
+    # A verdict of another release (a folder copied by hand) is no baseline for A.
+    assert release.release_baseline(verdict, rig_report, B) == rig_report
+    assert release.release_baseline({}, rig_report, A) == rig_report
+
+
+def test_the_manifest_says_what_the_release_is_with_typed_values():
+    manifest = release.release_manifest({
+        "release": A, "image": "vllm/vllm-openai:v0.27.1", "model": "m", "revision": "r2",
+        "served_model_name": "q", "patch_enabled": "True", "serve_args": ["--x"],
+        "bind_address": "127.0.0.1", "port": "8000", "api_key_set": "False",
+        "max_num_seqs": "4", "race_exposed": "True", "created_at": "2026-12-01T00:00:00+00:00"})
+    assert manifest["release"] == "aaaaaaaaaaaaaaaa"
+    assert manifest["patch_enabled"] is True and manifest["api_key_set"] is False
+    assert manifest["race_exposed"] is True
+    assert (manifest["port"], manifest["max_num_seqs"]) == (8000, 4)
+
+
+def test_the_verdict_keeps_when_the_gates_and_the_report():
+    report = {"release": "aaaaaaaaaaaaaaaa", "healthy": True, "canary": True,
+              "gates": {"race_check": ["pass", "race check: no bad trial"]}}
+    verdict = release.release_verdict(report, "2026-12-01T10:00:00+00:00")
+    assert verdict["healthy_at"] == "2026-12-01T10:00:00+00:00"
+    assert verdict["canary"] is True and verdict["gates"]["race_check"][0] == "pass"
+    assert verdict["report"] is report

@@ -124,72 +124,65 @@ def test_only_staged_rigs_are_batched_in_inventory_order(tmp_path):
 # --- the canary's gates in the role's health check ----------------------------------------------
 
 
-def serving_facts_task():
-    health = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/health.yml").read_text())
-    tasks = [t for t in health if t["name"] == "Know how the serving release was deployed"]
-    assert len(tasks) == 1, [t["name"] for t in health]
-    return tasks[0]
+def _tasks_named(tasks, name):
+    """Tasks named `name` in a task list, looking into blocks and rescues."""
+    found = []
+    for task in tasks or []:
+        if task.get("name") == name:
+            found.append(task)
+        for key in ("block", "rescue", "always"):
+            found += _tasks_named(task.get(key), name)
+    return found
+
+
+def health_include(task_file, name):
+    tasks = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks" / task_file).read_text())
+    found = _tasks_named(tasks, name)
+    assert len(found) == 1, name
+    return found[0]
 
 
 def gates_on(tmp_path, **facts):
+    """Whether deploy.yml's health check of the release is gated, with these facts."""
     report = tmp_path / "gates.json"
-    plays = [
-        {
-            "name": "Health facts under test",
-            "hosts": "localhost",
-            "gather_facts": False,
-            "tasks": [
-                serving_facts_task(),
-                {
-                    "name": "Write the gates",
-                    "ansible.builtin.copy": {
-                        "content": "{{ _vllm_dual_fast_serving.gates | bool | to_json }}",
-                        "dest": str(report),
-                        "mode": "0644",
-                    },
-                },
-            ],
-        }
-    ]
-    result, out = run_playbook(
-        tmp_path,
-        plays,
-        {"vllm_dual_fast_image": "img", "vllm_dual_fast_patch_enabled": True, **facts},
-    )
+    include = health_include("deploy.yml", "Check the release's health")
+    plays = [{
+        "name": "Health input under test", "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"name": "Write the gates", "vars": include["vars"],
+                   "ansible.builtin.copy": {
+                       "content": "{{ _vllm_dual_fast_health.gates | bool | to_json }}",
+                       "dest": str(report), "mode": "0644"}}],
+    }]
+    result, out = run_playbook(tmp_path, plays, {"_vllm_dual_fast_release": "/r/b",
+                                                 "_vllm_dual_fast_manifest": {},
+                                                 "_vllm_dual_fast_baseline_report": {}, **facts})
     assert result.returncode == 0, out
     return json.loads(report.read_text())
 
 
+def switch(is_new):
+    return {"is_new": is_new, "last_good": "/r/a", "current": "/r/a"}
+
+
 def test_gates_run_on_a_new_release_of_the_canary_only(tmp_path):
-    assert (
-        gates_on(tmp_path, vllm_dual_fast_canary=True, _vllm_dual_fast_release_is_new=True) is True
-    )
-    assert (
-        gates_on(tmp_path, vllm_dual_fast_canary=False, _vllm_dual_fast_release_is_new=True)
-        is False
-    )
+    assert gates_on(tmp_path, vllm_dual_fast_canary=True, _vllm_dual_fast_switch=switch(True))
+    assert not gates_on(tmp_path, vllm_dual_fast_canary=False,
+                        _vllm_dual_fast_switch=switch(True))
 
 
 def test_an_unchanged_release_on_the_canary_is_not_gated(tmp_path):
-    # A failed gate on the release that already serves has nothing to go back to: rollback.yml
-    # would stop the container and leave the rig serving nothing over a noisy speed figure.
-    assert (
-        gates_on(tmp_path, vllm_dual_fast_canary=True, _vllm_dual_fast_release_is_new=False)
-        is False
-    )
-    assert gates_on(tmp_path, vllm_dual_fast_canary=True) is False  # verify stage: no switch at all
+    # A release that already passed here has nothing better to go back to; a noisy speed
+    # figure must not fail it.
+    assert not gates_on(tmp_path, vllm_dual_fast_canary=True, _vllm_dual_fast_switch=switch(False))
 
 
-def test_a_rollback_is_not_gated(tmp_path):
-    assert (
-        gates_on(
-            tmp_path,
-            vllm_dual_fast_canary=True,
-            _vllm_dual_fast_release_is_new=True,
-            _vllm_dual_fast_rollback_image="old",
-        )
-        is False
-    )
+@pytest.mark.parametrize(("task_file", "name"), [
+    ("rollback_restore.yml", "Check the last good release is healthy again"),
+    ("rollback_recheck.yml", "Check the last good release once more"),
+    ("verify.yml", "Check the serving release's health"),
+])
+def test_a_rollback_a_second_check_and_verify_are_not_gated(task_file, name):
+    assert health_include(task_file, name)["vars"]["_vllm_dual_fast_health"]["gates"] is False
 
 
 def test_a_rollout_without_a_canary_is_refused_before_anything_runs(tmp_path):

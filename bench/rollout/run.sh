@@ -51,7 +51,8 @@ declare -A fleet serial
 for n in 1 2 3; do
   limit="$(IFS=,; echo "${RIGS[*]:0:${n}}")"
   # A new model revision each time: every rig must download weights again.
-  fleet[$n]=$(timed "fleet-${n}" "${limit}" playbooks/rollout.yml \
+  # rollout.yml's controller host takes part in its plays: a limit must name it too.
+  fleet[$n]=$(timed "fleet-${n}" "${limit},vdf-rollout-controller" playbooks/rollout.yml \
     "{\"vllm_dual_fast_model_revision\": \"bench-f${n}\", \"vllm_dual_fast_gate_soak_s\": 0, \"vllm_dual_fast_gate_race_check\": \"off\"}")
   serial[$n]=$(timed "serial-${n}" "${limit}" bench/rollout/serial.yml \
     "{\"vllm_dual_fast_model_revision\": \"bench-s${n}\"}")
@@ -62,9 +63,9 @@ done
 # The canary gates' added time: the same image change with the gates off, then on (60 s soak).
 knob 0
 limit="$(IFS=,; echo "${RIGS[*]}")"
-off=$(timed gates-off "${limit}" playbooks/rollout.yml \
+off=$(timed gates-off "${limit},vdf-rollout-controller" playbooks/rollout.yml \
   '{"vllm_dual_fast_image": "vdf-vllm-double:0.33.0", "vllm_dual_fast_gate_soak_s": 0, "vllm_dual_fast_gate_race_check": "off"}')
-on=$(timed gates-on "${limit}" playbooks/rollout.yml \
+on=$(timed gates-on "${limit},vdf-rollout-controller" playbooks/rollout.yml \
   '{"vllm_dual_fast_image": "vdf-vllm-double:latest", "vllm_dual_fast_gate_soak_s": 60, "vllm_dual_fast_gate_race_check": "auto"}')
 printf 'bench/rollout: canary gates (60 s soak, race check, speed): off %.1f s, on %.1f s, added %.1f s\n' \
   "${off}" "${on}" "$(echo "${on} - ${off}" | bc -l)"

@@ -28,19 +28,26 @@ Inputs
   --hosts A,B    every rig of the rollout (the inventory's rig3090 group): each gets a row even
                  without a state file or a report ("no-report"); with --state-dir, a listed rig
                  with no state file says in its reason that the rollout recorded nothing for it.
+                 With a list, only its rigs are rows and counted: a report (pushed or pulled) or
+                 a state of any other rig, such as one a test run or another inventory left in
+                 the folder, is listed apart as "not in this inventory" ("not_in_inventory" in
+                 the JSON, a table after the footer) and counts in no state and not in the
+                 upstream-fixed line. Without a list (no --hosts, or an empty one) the folders
+                 are the inventory, as before: every rig found there is a row and is counted
+                 (with --state-dir, the pushed reports of rigs in no state are left out).
 
-Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rows",
-"footer"}) and .md (a table and its footer), written whole (no half-written file); their paths
-on stderr; --print prints the Markdown on stdout. One row per rig: host, state, release (the
-report's, else the state's), image and vLLM version (the report's), FlashInfer version (the
-report's patch_report), patch (patch_class of the report's patch_status: patched,
-upstream-fixed, pinned, or the status itself such as drift or unknown), decode tokens/s at c=1
-and at c=4 now and under the previous release (smoke.py --speed figures: the report's
-smoke.speed; "previous_speed" of the state), the number of kernel Xid lines, and a one-line
-reason (the state's, else the failures of an unhealthy report). The footer counts rigs per
-state and says whether every reachable rig (state not "unreachable" or "lost") reports
-upstream-fixed, in which case the patch can be dropped fleet-wide. A "lost" rig stopped
-answering during its switch: it may serve either release, so its row's report may be old.
+Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rows", "footer",
+"not_in_inventory"}) and .md (a table, its footer, then the rigs listed apart), written whole (no
+half-written file); their paths on stderr; --print prints the Markdown on stdout. One row per rig:
+host, state, release (the report's, else the state's), image and vLLM version (the report's),
+FlashInfer version (the report's patch_report), patch (patch_class of the report's patch_status:
+patched, upstream-fixed, pinned, or the status itself such as drift or unknown), decode tokens/s at
+c=1 and at c=4 now and under the previous release (smoke.py --speed figures: the report's
+smoke.speed; "previous_speed" of the state), the number of kernel Xid lines, and a one-line reason
+(the state's, else the failures of an unhealthy report). The footer counts rigs per state and says
+whether every reachable rig (state not "unreachable" or "lost") reports upstream-fixed, in which
+case the patch can be dropped fleet-wide. A "lost" rig stopped answering during its switch: it may
+serve either release, so its row's report may be old.
 
 Exit codes: 0 written (whatever the rigs' states); 2 bad input: --reports or the state folder
 missing or unreadable, --pulled not a folder, a state file that is not a JSON object, an
@@ -308,8 +315,12 @@ def table_row(row: dict) -> list:
             row["xid_count"], row["reason"] or ""]
 
 
+APART_COLUMNS = ("Host", "State", "Release", "Patch", "Report from", "Checked at", "Reason")
+
+
 def render_markdown(fleet: dict) -> str:
-    """The Markdown report: a title, one table row per rig, the footer's lines."""
+    """The Markdown report: a title, one table row per rig, the footer's lines, then the rigs
+    not in this inventory, apart."""
     out = [f"# Fleet report {fleet['generated_at']}", "",
            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in fleet["rows"]:
@@ -319,6 +330,16 @@ def render_markdown(fleet: dict) -> str:
     out.append("")
     out += [f"{line}  " if i < len(fleet["footer"]["lines"]) - 1 else line
             for i, line in enumerate(fleet["footer"]["lines"])]
+    apart = fleet.get("not_in_inventory") or []
+    if apart:
+        out += ["", f"{len(apart)} rig{'s' if len(apart) != 1 else ''} not in this inventory "
+                "(not among the rollout's rigs), listed apart and not counted above:", "",
+                "| " + " | ".join(APART_COLUMNS) + " |", "|" + "---|" * len(APART_COLUMNS)]
+        for row in apart:
+            cells = [_cell(c) for c in (row["host"], row["state"], row["release"], row["patch"],
+                                        row["report_from"], row["checked_at"])]
+            out.append("| " + " | ".join(cells + [_cell(row["reason"]) if row["reason"]
+                                                  else ""]) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -392,16 +413,28 @@ def check_state(value: dict, path: str) -> None:
                        f"(one of {', '.join(STATES)})")
 
 
+def split_hosts(found, hosts) -> tuple:
+    """(the rigs that get a row, the rigs listed apart), each sorted: with a rig list `hosts`,
+    its rigs and the others `found` (in reports or states); without one (empty), every rig
+    found and none apart."""
+    listed = set(hosts)
+    if not listed:
+        return sorted(set(found)), []
+    return sorted(listed), sorted(set(found) - listed)
+
+
 def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None, hosts=(),
                 rollout=False) -> dict:
-    """The fleet report: one row per host in the reports, the state or `hosts` (the rollout's
-    rigs), sorted by host. rollout: the state is a rollout's, so a rig of `hosts` missing from
-    it says so."""
-    listed = set(hosts)
-    rows = [row_for(h, reports.get(h), state.get(h), missing_state=rollout and h in listed)
-            for h in sorted(set(reports) | set(state) | listed)]
+    """The fleet report: one row per rig of `hosts` (the rollout's rigs), sorted by host, and
+    the rigs of the reports or the state outside it listed apart ("not_in_inventory", not in
+    the footer); without `hosts`, one row per rig in the reports or the state. rollout: the
+    state is a rollout's, so a rig of `hosts` missing from it says so."""
+    inside, apart = split_hosts(set(reports) | set(state), hosts)
+    rows = [row_for(h, reports.get(h), state.get(h), missing_state=rollout and bool(hosts))
+            for h in inside]
     return {"generated_at": generated_at, "inputs": inputs or {}, "rows": rows,
-            "footer": footer(rows)}
+            "footer": footer(rows),
+            "not_in_inventory": [row_for(h, reports.get(h), state.get(h)) for h in apart]}
 
 
 def _write(path: str, text: str) -> None:
@@ -427,7 +460,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-dir", metavar="DIR",
                         help="the rollout's state, one DIR/<host>.json per rig")
     parser.add_argument("--hosts", default="", metavar="A,B,...",
-                        help="every rig of the rollout, comma-separated: each gets a row")
+                        help="every rig of the rollout, comma-separated: each gets a row, and "
+                             "a report or state of any other rig is listed apart as not in "
+                             "this inventory, never counted; without it (or empty) every rig "
+                             "found in the folders is a row and is counted")
     parser.add_argument("--out", required=True, metavar="DIR", help="where fleet-*.json/md go")
     parser.add_argument("--print", action="store_true", help="print the Markdown on stdout")
     return parser
@@ -459,11 +495,11 @@ def main(argv=None) -> int:
     for note in notes:
         sys.stderr.write(f"fleet_report: {note}\n")
     hosts = host_list(args.hosts)
-    if state or (args.state_dir and hosts):
+    if state and not hosts:
         # A rollout's report shows the rigs it rolled out to and the pulled rigs' uploads, not
         # every report ever left in the folder (rigs gone from the inventory, other inventories).
-        sources[0] = {host: report for host, report in sources[0].items()
-                      if host in state or host in hosts}
+        # With a rig list, build_fleet lists the others apart instead.
+        sources[0] = {host: report for host, report in sources[0].items() if host in state}
     try:
         fleet = build_fleet(merge_reports(*sources), state,
                             now.isoformat(timespec="seconds").replace("+00:00", "Z"),
@@ -474,6 +510,10 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 (unexpected: say so, exit 1)
         sys.stderr.write(f"fleet_report: error: {type(exc).__name__}: {exc}\n")
         return EXIT_UNEXPECTED
+    apart = [row["host"] for row in fleet["not_in_inventory"]]
+    if apart:
+        sys.stderr.write(f"fleet_report: not in this inventory (--hosts), listed apart and not "
+                         f"counted: {', '.join(apart)}\n")
     sys.stderr.write(f"fleet_report: wrote {paths[0]} and {paths[1]}\n")
     if args.print:
         sys.stdout.write(render_markdown(fleet))

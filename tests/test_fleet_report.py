@@ -457,3 +457,80 @@ def test_an_empty_host_list_adds_no_row(tmp_path, capsys):
     assert code == 0, err
     data = json.loads(next((tmp_path / "o").glob("fleet-*.json")).read_text())
     assert [r["host"] for r in data["rows"]] == ["rig1"]
+
+
+# --- rigs outside the inventory ------------------------------------------------------------------
+
+def rollout_reports(tmp_path):
+    """A reports folder as playbooks/tasks/rollout_report.yml reads it after a rollout of rig1
+    and rig2 (both upstream-fixed, so the patch could be dropped)."""
+    reports = write_reports(tmp_path / "reports",
+                            report("rig1", patch="upstream-fixed"),
+                            report("rig2", patch="upstream-fixed"))
+    write_states(reports / "rollout-state", {"rig1": {"state": "updated"},
+                                            "rig2": {"state": "unchanged"}})
+    return reports
+
+
+def rollout_fleet(capsys, reports, out):
+    """fleet_report.py run as rollout_report.yml runs it; (the JSON written, the Markdown)."""
+    code, text, err = run(capsys, "--reports", reports, "--pulled", reports / "pulled",
+                          "--state-dir", reports / "rollout-state", "--hosts", "rig1,rig2",
+                          "--out", out, "--print")
+    assert code == 0, err
+    [written] = list(out.glob("fleet-*.json"))
+    return json.loads(written.read_text()), text
+
+
+def test_a_stray_report_in_the_reports_folder_changes_no_count_and_no_footer(tmp_path, capsys):
+    # A test run (or another inventory's rollout) left reports of rigs this inventory does not
+    # have: a pulled one, healthy but patched (it would hold the patch back), and a pushed one.
+    reports = rollout_reports(tmp_path)
+    clean, clean_md = rollout_fleet(capsys, reports, tmp_path / "clean")
+    (reports / "pulled").mkdir()
+    (reports / "pulled" / "vdf-fleet-3.json").write_text(json.dumps(
+        report("vdf-fleet-3", "2026-12-01T00:00:00Z", patch="patched")))
+    (reports / "vdf-molecule-deploy.json").write_text(json.dumps(
+        report("vdf-molecule-deploy", healthy=False, failures=["smoke: HTTP 500"])))
+    stray, stray_md = rollout_fleet(capsys, reports, tmp_path / "stray")
+    assert stray["footer"] == clean["footer"]
+    assert clean["footer"]["patch_droppable"] is True
+    assert stray["rows"] == clean["rows"]
+    assert [r["host"] for r in stray["rows"]] == ["rig1", "rig2"]
+    # Listed apart, said to be outside the inventory, with what their reports say.
+    apart = {r["host"]: r for r in stray["not_in_inventory"]}
+    assert list(apart) == ["vdf-fleet-3", "vdf-molecule-deploy"]
+    assert (apart["vdf-fleet-3"]["state"], apart["vdf-fleet-3"]["report_from"]) == (
+        "healthy", "pulled")
+    assert apart["vdf-molecule-deploy"]["state"] == "unhealthy"
+    assert clean["not_in_inventory"] == []
+    assert "not in this inventory" not in clean_md
+    table, _, aside = stray_md.partition("not in this inventory")
+    assert "vdf-fleet-3" not in table and "| vdf-fleet-3 | healthy |" in aside
+    assert "the patch can be dropped fleet-wide" in table
+
+
+def test_a_state_of_a_rig_outside_the_list_is_listed_apart(tmp_path):
+    data = fleet.build_fleet({"a": report("a", patch="upstream-fixed"),
+                              "gone": report("gone")},
+                             {"a": {"state": "updated"}, "gone": {"state": "failed"}},
+                             "2026-12-01T00:00:00Z", hosts=["a"], rollout=True)
+    assert [r["host"] for r in data["rows"]] == ["a"]
+    assert [(r["host"], r["state"]) for r in data["not_in_inventory"]] == [("gone", "failed")]
+    assert data["footer"]["states"] == {"updated": 1}
+    assert data["footer"]["patch_droppable"] is True
+
+
+def test_without_a_rig_list_every_rig_found_is_counted(tmp_path, capsys):
+    # No --hosts (or an empty one): the folders are the inventory, as before.
+    reports = write_reports(tmp_path / "reports", report("rig1", patch="upstream-fixed"))
+    pulled = write_reports(tmp_path / "pulled", report("rig9", patch="patched"))
+    for hosts in ([], ["--hosts", ""]):
+        out = tmp_path / f"out{len(hosts)}"
+        code, _, err = run(capsys, "--reports", reports, "--pulled", pulled, *hosts,
+                           "--out", out)
+        assert code == 0, err
+        data = json.loads(next(out.glob("fleet-*.json")).read_text())
+        assert [r["host"] for r in data["rows"]] == ["rig1", "rig9"]
+        assert data["not_in_inventory"] == []
+        assert data["footer"]["patch_holding"] == ["rig9"]

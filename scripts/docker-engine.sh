@@ -16,7 +16,12 @@ STATE_DIR="${VDF_STATE_DIR:-/var/lib/vllm-dual-fast-dev}"
 LOG="${STATE_DIR}/dockerd.log"
 PIDFILE="${STATE_DIR}/dockerd.pid"
 APT_DIR="${STATE_DIR}/apt"
-PROBE_IMAGE=vdf-engine-probe:latest
+# Each probe imports its own image, tagged with this run's process id (two runs at once never
+# remove each other's) and labelled, and removes it when the probe ends: no image is left, tagged
+# or dangling. Images are only ever removed by that tag or, dangling, by that label.
+PROBE_REPO=vdf-engine-probe
+PROBE_LABEL=vdf.engine-probe=1
+PROBE_IMAGE="${PROBE_REPO}:probe-$$"
 
 say() { echo "docker-engine: $*"; }
 engine_answers() { timeout 5 docker info >/dev/null 2>&1; }
@@ -27,18 +32,35 @@ build_probe_image() {
   local bin; bin="$(type -P true)"
   # shellcheck disable=SC2046  # word splitting of the library list is wanted
   tar -ch "${bin}" $(ldd "${bin}" | grep -o '/[^ ]*') 2>/dev/null \
-    | docker import -c "CMD [\"${bin}\"]" - "${PROBE_IMAGE}" >/dev/null
+    | docker import -c "CMD [\"${bin}\"]" -c "LABEL ${PROBE_LABEL}" - "${PROBE_IMAGE}" >/dev/null
+}
+
+remove_probe_image() {
+  docker image rm -f "${PROBE_IMAGE}" >/dev/null 2>&1 || true
+  # Leftovers of probes that were killed: the tag of a run that no longer exists, and any
+  # dangling image with the probe's label. Before the label, probes re-imported one fixed tag,
+  # leaving the image before dangling each time: that tag goes too.
+  local tag
+  for tag in $(docker images "${PROBE_REPO}" --format '{{.Tag}}' 2>/dev/null); do
+    case "${tag}" in
+      probe-*) kill -0 "${tag#probe-}" 2>/dev/null || docker image rm -f "${PROBE_REPO}:${tag}" >/dev/null 2>&1 || true ;;
+      latest) docker image rm "${PROBE_REPO}:latest" >/dev/null 2>&1 || true ;;
+    esac
+  done
+  docker image prune -f --filter "label=${PROBE_LABEL}" >/dev/null 2>&1 || true
 }
 
 # What the Molecule targets and the simulated rig ask of the engine.
 engine_runs_rigs() {
   local err
-  build_probe_image || return 1
+  trap remove_probe_image EXIT
+  build_probe_image || { remove_probe_image; return 1; }
   if err="$(docker run --rm --privileged --cgroupns=private --tmpfs /run "${PROBE_IMAGE}" 2>&1)"; then
+    remove_probe_image
     return 0
   fi
   say "probe: a privileged container failed to start: $(echo "${err}" | head -1 | cut -c1-200)"
-  docker image rm -f "${PROBE_IMAGE}" >/dev/null 2>&1 || true
+  remove_probe_image
   return 1
 }
 

@@ -422,7 +422,8 @@ def test_cli_reads_a_lost_state_and_prints_its_reason(tmp_path, capsys):
 
 def test_cli_gives_a_row_to_every_listed_rig_even_without_a_state_file(tmp_path, capsys):
     # rig2 has a report but the rollout recorded nothing for it; rig3 has neither: both keep a
-    # row, saying so, instead of vanishing; old-rig (not listed, no state) is left out.
+    # row, saying so, instead of vanishing; old-rig (not listed, no state) is no row: it is
+    # listed apart.
     reports = write_reports(tmp_path / "reports", report("rig1"), report("rig2"),
                             report("old-rig"))
     states = write_states(tmp_path / "state", {"rig1": {"state": "updated"}})
@@ -436,6 +437,7 @@ def test_cli_gives_a_row_to_every_listed_rig_even_without_a_state_file(tmp_path,
     assert (by_host["rig2"]["state"], by_host["rig2"]["reason"]) == ("healthy", fleet.NO_STATE)
     assert (by_host["rig3"]["state"], by_host["rig3"]["reason"]) == ("no-report", fleet.NO_STATE)
     assert data["footer"]["rigs"] == 3
+    assert [r["host"] for r in data["not_in_inventory"]] == ["old-rig"]
 
 
 def test_cli_lists_the_rigs_even_before_any_state_is_recorded(tmp_path, capsys):

@@ -15,6 +15,7 @@ import uuid
 from datetime import datetime
 
 import pytest
+from kernel_log_stand_ins import install_kernel_log_tools
 
 DOUBLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "molecule/doubles/dmesg-double")
@@ -26,34 +27,11 @@ needs_docker = pytest.mark.skipif(
     reason="needs the Docker engine make setup starts",
 )
 
-# Stand-ins for the real tools: a VM's kernel log (one line, in the format asked for), a journal
-# that keeps kernel lines (JOURNAL_KEEPS_KERNEL=1) or none; each records its arguments.
-REAL_DMESG = """#!/bin/sh
-echo "$*" >> "${0%/*}/calls.log"
-case " $* " in
-  *" --time-format=iso "*) echo "2026-12-01T10:00:00,000000+00:00 Linux version 6.1.0" ;;
-  *" -T "*) echo "[Tue Dec  1 10:00:00 2026] Linux version 6.1.0" ;;
-  *) echo "[    0.000000] Linux version 6.1.0" ;;
-esac
-"""
-REAL_JOURNALCTL = """#!/bin/sh
-echo "$*" >> "${0%/*}/calls.log"
-[ "${JOURNAL_KEEPS_KERNEL:-1}" = 1 ] && echo "1796131000.000000 rig kernel: Linux version 6.1.0"
-exit 0
-"""
-
-
 @pytest.fixture
 def tools(tmp_path):
     """A PATH with the double as dmesg and journalctl ahead of the stand-ins, no docker on it;
     run(tool, *args, **env) -> stdout, and the file the double reads written lines from."""
-    double_bin, real_bin = tmp_path / "bin", tmp_path / "real"
-    double_bin.mkdir()
-    real_bin.mkdir()
-    for name, text in (("dmesg", REAL_DMESG), ("journalctl", REAL_JOURNALCTL)):
-        (double_bin / name).symlink_to(DOUBLE)
-        (real_bin / name).write_text(text)
-        (real_bin / name).chmod(0o755)
+    double_bin, real_bin = install_kernel_log_tools(tmp_path)
     os.symlink(os.path.realpath(sys.executable), real_bin / "python3")
     lines = tmp_path / "lines"
 
@@ -129,7 +107,7 @@ def test_a_line_written_after_the_read_is_not_in_it(tools):
 def test_other_dmesg_calls_go_to_the_real_tool_alone(tools):
     write_line(tools, time.time())
     assert tools("dmesg", "--level=err") == "[    0.000000] Linux version 6.1.0\n"
-    assert tools.calls.read_text().splitlines() == ["--level=err"]
+    assert tools.calls.read_text().splitlines() == ["dmesg --level=err"]
 
 
 def test_journalctl_adds_the_lines_journald_received_since(tools):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_runner import ROLE, run_playbook
+from kernel_log_stand_ins import install_kernel_log_tools
 
 ROOT = Path(__file__).parents[1]
 HEALTH = yaml.safe_load((ROLE / "tasks/health.yml").read_text())
@@ -283,7 +284,7 @@ print("race_check: installed: 0 of 3 bad")
 
 @needs_docker
 def test_a_race_check_that_faults_the_gpu_fails_health(tmp_path):
-    from test_kernel_log_tasks import REAL_DMESG, REAL_JOURNALCTL, kernel_log_tasks
+    from test_kernel_log_tasks import kernel_log_tasks
 
     kmsg = tmp_path / "kmsg"
     kmsg.mkdir()
@@ -293,13 +294,7 @@ def test_a_race_check_that_faults_the_gpu_fails_health(tmp_path):
     try:
         serving = release_dir(tmp_path)
         (serving / "checks/race_check.py").write_text(PROVOKING_RACE_CHECK)
-        double_bin, real_bin = tmp_path / "bin", tmp_path / "real"
-        double_bin.mkdir()
-        real_bin.mkdir()
-        for tool, text in (("dmesg", REAL_DMESG), ("journalctl", REAL_JOURNALCTL)):
-            (double_bin / tool).symlink_to(ROOT / "molecule/doubles/dmesg-double")
-            (real_bin / tool).write_text(text)
-            (real_bin / tool).chmod(0o755)
+        double_bin, real_bin = install_kernel_log_tools(tmp_path)
         out = tmp_path / "judged.json"
         smoke = {"ok": True, "failures": [], "speed": SPEED_BEFORE}
         play = [{

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_runner import ROLE, run_playbook
+from kernel_log_stand_ins import install_kernel_log_tools
 
 ROOT = Path(__file__).parents[1]
 DOUBLE = ROOT / "molecule/doubles/dmesg-double"
@@ -29,23 +30,6 @@ _spec = importlib.util.spec_from_file_location(
     "health_filters", ROLE / "filter_plugins/vllm_dual_fast_health.py")
 health = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(health)
-
-# Stand-ins for the real tools (what the double wraps), recording their arguments: a VM's kernel
-# log (one boot line, in the format asked for) and a journal that keeps kernel lines
-# (JOURNAL_KEEPS_KERNEL=1, one old line) or none.
-REAL_DMESG = """#!/bin/sh
-echo "dmesg $*" >> "${0%/*}/calls.log"
-case " $* " in
-  *" --time-format=iso "*) echo "2026-12-01T10:00:00,000000+00:00 Linux version 6.1.0" ;;
-  *) echo "[    0.000000] Linux version 6.1.0" ;;
-esac
-"""
-REAL_JOURNALCTL = """#!/bin/sh
-echo "journalctl $*" >> "${0%/*}/calls.log"
-[ "$JOURNAL_KEEPS_KERNEL" = 1 ] && echo "1000000000.000000 rig kernel: Linux version 6.1.0"
-exit 0
-"""
-
 
 def kernel_log_tasks():
     """health.yml's tasks from after the restart count up to the patcher's, with an include of
@@ -66,13 +50,7 @@ def kernel_log_tasks():
 def read_window(tmp_path, drift_s, journal_keeps_kernel=False):
     """Opens the window (kernel_window.yml), writes an Xid line 5 s before it opened and one after,
     then reads the kernel log as health.yml does; the facts it set and the stand-ins' calls."""
-    double_bin, real_bin = tmp_path / "bin", tmp_path / "real"
-    double_bin.mkdir()
-    real_bin.mkdir()
-    for name, text in (("dmesg", REAL_DMESG), ("journalctl", REAL_JOURNALCTL)):
-        (double_bin / name).symlink_to(DOUBLE)
-        (real_bin / name).write_text(text)
-        (real_bin / name).chmod(0o755)
+    double_bin, real_bin = install_kernel_log_tools(tmp_path)
     lines, out = tmp_path / "kernel-lines", tmp_path / "facts.json"
     python = os.path.realpath(sys.executable)
     write = ("import sys, time; at = time.time() + float(sys.argv[2]); "

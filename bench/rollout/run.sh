@@ -3,7 +3,7 @@
 # batches) against a plain `serial: 1` rollout that downloads inside each batch, on the Molecule
 # `fleet` scenario's simulated rigs, with the vLLM double's weights download made to take a fixed
 # time. Prints wall times and ratios; writes bench/results/rollout.json.
-#   bench/rollout/run.sh [DOWNLOAD_S]     (default 30; needs `make setup` first; ~15 minutes)
+#   [BENCH_GATES=0] bench/rollout/run.sh [DOWNLOAD_S]     (default 30; needs `make setup` first; ~15 minutes)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "${ROOT}"
@@ -61,14 +61,18 @@ for n in 1 2 3; do
 done
 
 # The canary gates' added time: the same image change with the gates off, then on (60 s soak).
-knob 0
-limit="$(IFS=,; echo "${RIGS[*]}")"
-off=$(timed gates-off "${limit},vdf-rollout-controller" playbooks/rollout.yml \
-  '{"vllm_dual_fast_image": "vdf-vllm-double:0.33.0", "vllm_dual_fast_gate_soak_s": 0, "vllm_dual_fast_gate_race_check": "off"}')
-on=$(timed gates-on "${limit},vdf-rollout-controller" playbooks/rollout.yml \
-  '{"vllm_dual_fast_image": "vdf-vllm-double:latest", "vllm_dual_fast_gate_soak_s": 60, "vllm_dual_fast_gate_race_check": "auto"}')
-printf 'bench/rollout: canary gates (60 s soak, race check, speed): off %.1f s, on %.1f s, added %.1f s\n' \
-  "${off}" "${on}" "$(echo "${on} - ${off}" | bc -l)"
+# BENCH_GATES=0 skips it (the figures are then null in the JSON).
+off=null on=null
+if [ "${BENCH_GATES:-1}" = 1 ]; then
+  knob 0
+  limit="$(IFS=,; echo "${RIGS[*]}")"
+  off=$(timed gates-off "${limit},vdf-rollout-controller" playbooks/rollout.yml \
+    '{"vllm_dual_fast_image": "vdf-vllm-double:0.33.0", "vllm_dual_fast_gate_soak_s": 0, "vllm_dual_fast_gate_race_check": "off"}')
+  on=$(timed gates-on "${limit},vdf-rollout-controller" playbooks/rollout.yml \
+    '{"vllm_dual_fast_image": "vdf-vllm-double:latest", "vllm_dual_fast_gate_soak_s": 60, "vllm_dual_fast_gate_race_check": "auto"}')
+  printf 'bench/rollout: canary gates (60 s soak, race check, speed): off %.1f s, on %.1f s, added %.1f s\n' \
+    "${off}" "${on}" "$(echo "${on} - ${off}" | bc -l)"
+fi
 
 python3 - "${OUT}" "${DOWNLOAD_S}" "${fleet[1]}" "${fleet[2]}" "${fleet[3]}" \
   "${serial[1]}" "${serial[2]}" "${serial[3]}" "${off}" "${on}" <<'PY'
@@ -84,7 +88,9 @@ result = {
     "serial_over_fleet": [round(s / f, 2) for s, f in zip(serial, fleet)],
     "fleet_growth_vs_1_rig": [round(f / fleet[0], 2) for f in fleet],
     "serial_growth_vs_1_rig": [round(s / serial[0], 2) for s in serial],
-    "gates_off_s": float(off), "gates_on_s": float(on), "gates_added_s": round(float(on) - float(off), 1),
+    "gates_off_s": None if off == "null" else float(off),
+    "gates_on_s": None if on == "null" else float(on),
+    "gates_added_s": None if "null" in (off, on) else round(float(on) - float(off), 1),
 }
 with open(out, "w") as f:
     json.dump(result, f, indent=1)

@@ -21,6 +21,7 @@ ROOT = Path(__file__).parents[1]
 HEALTH = yaml.safe_load((ROLE / "tasks/health.yml").read_text())
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
 RACE_TASK = "Run the GPU race check inside the new container (canary)"
+KERNEL_LOG_TASK = "Read the kernel lines written since the window opened"
 IMAGE = "vdf-target:debian13"  # built by make images; has python3, like a vLLM image
 
 needs_docker = pytest.mark.skipif(
@@ -280,6 +281,14 @@ with open("/kmsg/lines", "a") as log:
     log.write(f"{time.time():.6f} {line}\\n")
 print("race_check: installed: 0 of 3 bad")
 """
+
+
+def test_the_kernel_log_is_read_after_the_race_check():
+    # The play below takes the tasks in this order; health.yml must have them so too, or a
+    # check that faults the GPU would write its Xid line after the log was read.
+    names = [t["name"] for t in HEALTH]
+    assert names.index(RACE_TASK) < names.index(KERNEL_LOG_TASK) < names.index(
+        "Judge the health checks"), names
 
 
 @needs_docker

@@ -3,14 +3,35 @@
 
     python3 smoke.py --base-url http://127.0.0.1:8000 --model NAME [--api-key-file F]
                      [--concurrency 4] [--health-timeout 600] [--max-tokens 64] [--json]
-                     [--speed [--speed-max-tokens 256] [--speed-rounds 2]] [--soak-s 0]
+                     [--request-timeout 300] [--container NAME] [--no-answer-check] [--seed S]
+                     [--speed [--speed-max-tokens 256] [--speed-rounds 5]] [--soak-s 0]
+    python3 smoke.py --base-url ... --model NAME --long-prompt-tokens N [--concurrency M]
+                     [--max-model-len L] [--request-timeout 300] [--container NAME] [--json]
 
-1. waits for GET /health to answer 200 (up to --health-timeout seconds);
+1. waits for GET /health to answer 200 (up to --health-timeout seconds; with --container NAME it
+   stops waiting as soon as that container exits or restarts, naming its last log lines);
 2. checks GET /v1/models lists NAME;
 3. fires --concurrency chat completions truly at once (one thread each, released together by a
-   barrier), each a short prompt; every one must be HTTP 200 with non-empty text and
-   usage.completion_tokens > 0;
-4. checks GET /health again: an engine that died under load (vllm issue #40756) fails here even
+   barrier), each a short prompt; every one must be HTTP 200 with non-empty, non-degenerate text
+   and usage.completion_tokens > 0;
+4. the answer check, when everything so far passed (--no-answer-check skips it: "answer_check":
+   {"skipped": "--no-answer-check"}; after a failure {"skipped": "the burst failed"}): one chat
+   completion at temperature 0, max_tokens 32, "chat_template_kwargs": {"enable_thinking":
+   false} (Qwen3's template; other templates ignore it), asking "What is A + B? Reply with the
+   number only." with A and B random 2-digit integers (random.Random(--seed); unseeded when
+   --seed is not given). It passes when the answer holds str(A + B) as a whole number (not
+   inside 1234, 0.123 or 12.5). The answer judged: the content without any <think>...</think>
+   block (also a lone </think> and everything before it, an unclosed <think> and everything
+   after it); when that is empty, the last 200 characters of the reasoning text
+   (message.reasoning_content or message.reasoning, else the content's <think> block).
+   Recorded as "answer_check": {"question", "expected" (A + B), "answer" (the judged text, cut
+   to 200 characters), "ok"}; failures: "answer check: asked A + B, expected S, got '...'",
+   "answer check: degenerate output: ..." or "answer check: HTTP 500";
+5. --soak-s SECONDS > 0: holds --concurrency requests in flight that long (each worker sends
+   its next request as soon as the last one answered), judged as the burst's; "soak":
+   {"seconds", "concurrency", "requests", "failed", "errors" (the first five)}, failure
+   "soak: F of R requests failed in S s: ...";
+6. checks GET /health again: an engine that died under load (vllm issue #40756) fails here even
    when its answers got out.
 
 Non-empty text: choices[0].message.content; when that is empty or null, the reasoning text
@@ -19,29 +40,78 @@ records content_source "reasoning". A reasoning model (vLLM started with --reaso
 spend a small max_tokens entirely on thinking; the engine still generated tokens, which is what
 this smoke proves. An answer with neither is a failure ("empty content").
 
+Degenerate output (what a broken kernel or a garbage KV cache makes a model say), judged on
+every answer the smoke reads (the burst, the answer check, the soak, the speed streams' text,
+the long prompts) by degeneracy(text): runs of one character repeated more than 16 times in a
+row (whitespace ignored) make up at least half of a text of 16 or more non-whitespace
+characters ("!!!!!!!!!!!!!!!!!!!!"; a markdown rule of 20 "-" in prose or "====" separators in
+code are not), or one word repeated more than 8 times in a row (case and surrounding
+punctuation ignored: "the the the ..."), or at least half of the non-whitespace characters are
+U+FFFD replacement characters. Such an answer fails its request: "degenerate output: WHY".
+
 --speed, after a smoke that passed: decode speed from streamed chat completions ("stream": true,
 "stream_options": {"include_usage": true}, vLLM's "ignore_eos": true so the engine generates
 --speed-max-tokens tokens), at concurrency 1 and at --concurrency N, each --speed-rounds times
-(one request, or N released together, per round). Per request: time to first token (TTFT: from
-sending to the first server-sent event whose delta carries content or reasoning text), tokens
-(the stream's usage chunk when it has one, else one per such delta, as vLLM streams by default),
-and decode tokens/s = (tokens - 1) / (time of the last token delta - time of the first). Per
-round: aggregate tokens/s = all tokens / wall time. Reported under "speed" as medians:
-{"c1": {"tokens_per_s", "ttft_s", "aggregate_tokens_per_s", "requests", "ok", "samples"},
- "cN": {...}, "concurrency": N, "max_tokens": M, "rounds": R}. A stream that fails (HTTP error,
-no tokens, an error chunk, no final `data: [DONE]`) or /health not 200 afterwards is a failure of
-the smoke (named "speed c=N round R request I: ..."); "cN" is left out when c=1 already failed.
-A smoke that failed skips it: "speed": {"skipped": "the smoke failed"}.
+(default 5; one request, or N released together, per round). Every request of every round has
+a prompt of its own: a random nonce is the first word of its user message, so the prefix cache
+cannot serve one request from another's prefill (nor a rerun's: the nonces do not follow
+--seed). Per request: time to first token (TTFT: from sending to the first server-sent event
+whose delta carries content or reasoning text), tokens (the stream's usage chunk when it has
+one, else one per such delta, as vLLM streams by default), and decode tokens/s = (tokens - 1) /
+(time of the last token delta - time of the first). Per round: aggregate tokens/s = all tokens /
+wall time. Reported under "speed":
+{"c1": {"tokens_per_s", "ttft_s", "aggregate_tokens_per_s" (medians: over all requests of the
+ level, the aggregate over rounds), "tokens_per_s_p10", "ttft_s_p90" (nearest-rank percentiles
+ over all requests of the level: the slow tail), "round_aggregate_tokens_per_s" (one per round),
+ "requests", "ok", "samples" (one per request: round, index, status, ok, error, latency_s,
+ completion_tokens, counted_from, token_deltas, ttft_s, tokens_per_s)},
+ "cN": {...}, "concurrency": N, "max_tokens": M, "rounds": R, "health_after": {"ok", "last"},
+ "spec_decode": {...}}. Rounds are there to ignore noise: a release canary compares these
+figures (medians and the p10/p90 tails) with the previous release's, never a single request.
+A stream that fails (HTTP error, no tokens, an error chunk, no final `data: [DONE]`, degenerate
+text) or /health not 200 afterwards is a failure of the smoke (named "speed c=N round R request
+I: ..."); "cN" is left out when c=1 already failed. A smoke that failed skips it: "speed":
+{"skipped": "the smoke failed"}.
+
+MTP acceptance (with --speed): GET /metrics (Prometheus text, with the API key header when there
+is a key) before and after the speed run; vLLM's counters vllm:spec_decode_num_drafts_total,
+vllm:spec_decode_num_draft_tokens_total, vllm:spec_decode_num_accepted_tokens_total and
+vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}, each summed over its label
+sets (model_name, engine; per position apart), give from their deltas "spec_decode": {"drafts",
+"draft_tokens", "accepted", "acceptance_rate" (accepted / draft_tokens), "mean_acceptance_length"
+(1 + accepted / drafts), "per_position" (accepted at position i / drafts, by position)} (rates
+null without drafts). When /metrics does not answer 200 (404, 401, no connection), lacks the
+counters (speculative decoding off) or they went backwards: {"unavailable": WHY}, never a
+failure.
+
+--long-prompt-tokens N > 0 runs instead of the smoke: after /health answers 200 (waited for as
+in 1.), --concurrency M chat completions released together, each with a prompt of its own of
+about N tokens (N capped at L - 64 when --max-model-len L > 0; L must then be > 64): a random
+nonce, then the numbers 1, 2, 3, ... as words (so no two prompts share a prefix from the first
+word on, and prefix caching cannot hide the prefill), max_tokens 16, temperature 0, each waited
+for up to --request-timeout seconds. Sizing: POST /tokenize ({"model", "messages"}; its "count")
+measures a prompt of N words once and the word count is scaled by N / count; an engine that does
+not answer it with a count gets one whitespace word per token. Each must be HTTP 200 with
+usage.prompt_tokens (recorded) and non-empty, non-degenerate text with usage.completion_tokens >
+0; then GET /health must answer 200. Output: {"ok", "failures", "base_url", "model", "health",
+"health_after", "long_prompt": {"requested_tokens" (N), "target_tokens" (after the cap),
+"max_model_len", "words", "sized_by" ("tokenize" or "whitespace words"), "concurrency",
+"prompt_tokens" (per request, null where not reported), "ok", "requests" (per request: index,
+status, ok, error, prompt_tokens, completion_tokens, content_source, latency_s), "wall_s"}}.
+Failures: "long prompt request I: HTTP 500: <the server's message>" (or any problem of the
+burst's), "engine unhealthy after the long prompts: HTTP 503" (plus the container's state and
+last log lines with --container, when it died).
 
 Output: one JSON object on stdout (--json: one line; otherwise indented): per request
 (latency_s, completion_tokens, tokens_per_s, status, ...), an aggregate (ok count, wall_s,
-total completion tokens, aggregate tokens/s, p50 and max latency), ok: true|false and failures,
-a list of what failed. The API key (--api-key-file, else env VDF_API_KEY) is sent only in the
-Authorization header and never printed.
+total completion tokens, aggregate tokens/s, p50 and max latency), "answer_check", "health",
+"health_after", ok: true|false and failures, a list of what failed. The API key
+(--api-key-file, else env VDF_API_KEY) is sent only in the Authorization header and never
+printed.
 
 Exit codes: 0 all good; 1 smoke failed (the endpoint answered, something was wrong, in the
-speed run too); 2 bad usage, unreadable key file, or the endpoint never became healthy within
-the timeout.
+answer check, speed run or long prompts too); 2 bad usage, unreadable key file, or the endpoint
+never became healthy within the timeout (or its container died while waiting).
 """
 
 import argparse
@@ -50,6 +120,8 @@ import http.client
 import json
 import math
 import os
+import random
+import re
 import statistics
 import subprocess
 import sys
@@ -57,6 +129,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROMPTS = (
@@ -71,6 +144,14 @@ PROMPTS = (
 )
 SPEED_PROMPT = ("Tell a long story about a lighthouse keeper and the ships she guides, in plain "
                 "prose, and keep going until you are stopped.")
+ANSWER_QUESTION = "What is {a} + {b}? Reply with the number only."
+ANSWER_MAX_TOKENS = 32
+LONG_MAX_TOKENS = 16
+LONG_CAP_MARGIN = 64  # tokens left under --max-model-len for the chat template and the answer
+SPEC_METRICS = {"drafts": "vllm:spec_decode_num_drafts_total",
+                "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+                "accepted": "vllm:spec_decode_num_accepted_tokens_total"}
+SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 
 class Endpoint:
@@ -119,6 +200,21 @@ class Endpoint:
         except urllib.error.HTTPError as exc:
             body = exc.read() if exc.fp else b""
             return exc.code, _parse(body), f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            return None, None, f"{type(reason).__name__}: {reason}"
+
+    def fetch_text(self, path: str, timeout=None):
+        """(status, body as text or None, error text or None) of a GET answered with text
+        (Prometheus /metrics); never raises for HTTP/network errors."""
+        req = self._build("GET", path, None, "text/plain")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:  # noqa: S310
+                return resp.status, resp.read().decode("utf-8", "replace"), None
+        except urllib.error.HTTPError as exc:
+            if exc.fp:
+                exc.close()
+            return exc.code, None, f"HTTP {exc.code}"
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             return None, None, f"{type(reason).__name__}: {reason}"
@@ -215,6 +311,44 @@ def answer_text(body) -> tuple:
     return "", None
 
 
+RUN_MIN_CHARS, RUN_MIN_SHARE = 16, 0.5   # judge character runs only in texts this long, ...
+MAX_RUN, MAX_WORD_REPEATS = 16, 8         # ... of which runs longer than MAX_RUN make this share
+_WORD_EDGES = ".,;:!?\"'()[]{}*_`"
+
+
+def degeneracy(text) -> object:
+    """Why `text` is degenerate output (what a broken kernel or KV cache makes a model say, e.g.
+    "!!!!!!!!..."), or None. Degenerate: runs of one character repeated more than 16 times in a
+    row (whitespace ignored) make up at least half of a text of 16 or more non-whitespace
+    characters (a markdown rule of 20 "-" in prose or "====" separators in code do not); or one
+    word repeated more than 8 times in a row (case and surrounding punctuation ignored); or at
+    least half of the non-whitespace characters are U+FFFD (bytes that were not UTF-8)."""
+    if not isinstance(text, str):
+        return None
+    dense = "".join(text.split())
+    if not dense:
+        return None
+    replaced = dense.count("\ufffd")
+    if replaced * 2 >= len(dense):
+        share = round(100 * replaced / len(dense))
+        return f"{share} % of the text is U+FFFD replacement characters"
+    if len(dense) >= RUN_MIN_CHARS:
+        runs = [m.group(0) for m in re.finditer(r"(.)\1{" + str(MAX_RUN) + ",}", dense, re.S)]
+        covered = sum(len(r) for r in runs)
+        if runs and covered >= RUN_MIN_SHARE * len(dense):
+            longest = max(runs, key=len)
+            return (f"{longest[0]!r} repeated {len(longest)} times in a row (runs of one "
+                    f"character make up {round(100 * covered / len(dense))} % of the text)")
+    last, count = None, 0
+    for raw in text.split():
+        word = raw.strip(_WORD_EDGES).lower() or raw
+        count = count + 1 if word == last else 1
+        last = word
+        if count > MAX_WORD_REPEATS:
+            return f"the word {raw!r} repeated more than {MAX_WORD_REPEATS} times in a row"
+    return None
+
+
 def check_completion(status, body, error) -> tuple:
     """(completion_tokens, content_source, problem or None) for one answer."""
     if status != 200:
@@ -227,7 +361,81 @@ def check_completion(status, body, error) -> tuple:
         return tokens, source, "empty content"
     if tokens <= 0:
         return tokens, source, "usage.completion_tokens missing or 0"
+    why = degeneracy(text)
+    if why:
+        return tokens, source, f"degenerate output: {why}"
     return tokens, source, None
+
+
+# --- the answer check: one question with a known answer ---------------------------------------
+
+def strip_thinking(content: str) -> tuple:
+    """(answer, thinking) of a content that may hold a <think>...</think> block: closed blocks
+    go, so does everything up to a lone </think> (the template opened the block) and everything
+    after an unclosed <think> (max_tokens ran out while thinking)."""
+    thinking = re.findall(r"<think>(.*?)</think>", content, re.S)
+    answer = re.sub(r"<think>.*?</think>", "", content, flags=re.S)
+    if "</think>" in answer:
+        before, _, answer = answer.rpartition("</think>")
+        thinking.append(before)
+    if "<think>" in answer:
+        answer, _, after = answer.partition("<think>")
+        thinking.append(after)
+    return answer.strip(), " ".join(t.strip() for t in thinking).strip()
+
+
+def judged_answer(body) -> str:
+    """The text the answer check judges: the content without its thinking; when that is empty,
+    the last 200 characters of the reasoning (message.reasoning_content or .reasoning, else the
+    content's own <think> block)."""
+    try:
+        message = body["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    answer, thinking = strip_thinking(content if isinstance(content, str) else "")
+    if answer:
+        return answer
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value.strip():
+            thinking = value.strip()
+            break
+    return thinking[-200:]
+
+
+def has_number(text: str, number: int) -> bool:
+    """Whether `number` stands in `text` as a whole number (not inside 1234, 0.123 or 12.5)."""
+    return re.search(r"(?<![\d.,])" + str(number) + r"(?![\d]|[.,]\d)", text) is not None
+
+
+def answer_question(rng) -> tuple:
+    """(a, b, question) with a and b random 2-digit integers drawn from rng (random.Random)."""
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    return a, b, ANSWER_QUESTION.format(a=a, b=b)
+
+
+def run_answer_check(endpoint: Endpoint, model: str, rng) -> tuple:
+    """One chat completion at temperature 0 asking for a sum; ({'question', 'expected',
+    'answer', 'ok'}, failure text or None)."""
+    a, b, question = answer_question(rng)
+    payload = {"model": model, "max_tokens": ANSWER_MAX_TOKENS, "temperature": 0,
+               "chat_template_kwargs": {"enable_thinking": False},
+               "messages": [{"role": "user", "content": question}]}
+    status, body, error = endpoint.request("POST", "/v1/chat/completions", payload)
+    answer = judged_answer(body) if status == 200 else ""
+    record = {"question": question, "expected": a + b, "answer": answer[:200], "ok": False}
+    if status != 200:
+        return record, f"answer check: {error or f'HTTP {status}'}"
+    why = degeneracy(answer)
+    if why:
+        return record, f"answer check: degenerate output: {why}"
+    if not has_number(answer, a + b):
+        return record, f"answer check: asked {a} + {b}, expected {a + b}, got {answer[:200]!r}"
+    record["ok"] = True
+    return record, None
 
 
 def run_together(task, n: int) -> tuple:
@@ -340,6 +548,22 @@ def chunk_info(chunk) -> tuple:
     return token, used, None
 
 
+def delta_text(chunk) -> str:
+    """The text one chat.completion.chunk adds: its delta's reasoning (reasoning_content, else
+    reasoning: vLLM may send both with the same text) then its content."""
+    try:
+        delta = chunk["choices"][0]["delta"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    if not isinstance(delta, dict):
+        return ""
+    parts = []
+    for keys in (("reasoning_content", "reasoning"), ("content",)):
+        value = next((delta[k] for k in keys if isinstance(delta.get(k), str) and delta[k]), "")
+        parts.append(value)
+    return "".join(parts)
+
+
 def stream_figures(start: float, token_times, usage_tokens=None) -> dict:
     """Figures of one streamed answer from the times its token deltas arrived: completion_tokens
     (usage_tokens when positive, else one per delta) and its source, ttft_s, and decode
@@ -357,10 +581,19 @@ def stream_figures(start: float, token_times, usage_tokens=None) -> dict:
             "ttft_s": ttft, "tokens_per_s": rate}
 
 
-def speed_payload(model: str, max_tokens: int) -> dict:
+def nonce() -> str:
+    """A word no earlier request began with (random, not from --seed: a seeded rerun must not
+    meet its own prompts in the prefix cache)."""
+    return "n" + uuid.uuid4().hex[:12]
+
+
+def speed_payload(model: str, max_tokens: int, first_word=None) -> dict:
+    """A streamed speed request; its prompt begins with first_word (a nonce) when given, so that
+    no two requests share a cached prefix."""
+    prompt = f"{first_word}: {SPEED_PROMPT}" if first_word else SPEED_PROMPT
     return {"model": model, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": SPEED_PROMPT}]}
+            "messages": [{"role": "user", "content": prompt}]}
 
 
 def stream_chat(endpoint: Endpoint, payload: dict) -> dict:
@@ -368,7 +601,7 @@ def stream_chat(endpoint: Endpoint, payload: dict) -> dict:
     latency_s, and '_start'/'_end' for run_together."""
     start = time.monotonic()
     status, resp, error = endpoint.open_stream("/v1/chat/completions", payload)
-    token_times, usage_tokens, done, problem = [], None, False, None
+    token_times, usage_tokens, done, problem, texts = [], None, False, None, []
     if resp is None:
         problem = error or f"HTTP {status}"
     else:
@@ -382,9 +615,11 @@ def stream_chat(endpoint: Endpoint, payload: dict) -> dict:
                         done = True
                         break
                     now = time.monotonic()
-                    token, used, problem = chunk_info(_parse(data.encode()))
+                    chunk = _parse(data.encode())
+                    token, used, problem = chunk_info(chunk)
                     if problem:
                         break
+                    texts.append(delta_text(chunk))
                     if token:
                         token_times.append(now)
                     if used is not None:
@@ -397,6 +632,9 @@ def stream_chat(endpoint: Endpoint, payload: dict) -> dict:
         problem = "stream ended without data: [DONE]"
     if problem is None and figures["completion_tokens"] < 1:
         problem = "no tokens streamed"
+    why = degeneracy("".join(texts)) if problem is None else None
+    if why:
+        problem = f"degenerate output: {why}"
     return {"status": status, "ok": problem is None, "error": problem,
             "latency_s": round(end - start, 4), **figures, "_start": start, "_end": end}
 
@@ -409,23 +647,114 @@ def _median(values, digits: int):
     return round(statistics.median(values), digits) if values else None
 
 
+def _percentile(values, fraction: float, digits: int):
+    """percentile() of the values that are not None, rounded; None when there are none."""
+    values = [v for v in values if v is not None]
+    return round(percentile(values, fraction), digits) if values else None
+
+
 def speed_level(endpoint: Endpoint, model: str, concurrency: int, max_tokens: int,
                 rounds: int) -> dict:
-    """`rounds` rounds of `concurrency` streamed requests released together; medians over all
-    requests (tokens_per_s, ttft_s) and over rounds (aggregate_tokens_per_s)."""
+    """`rounds` rounds of `concurrency` streamed requests released together, each request with a
+    prompt of its own; medians over all requests (tokens_per_s, ttft_s) and over rounds
+    (aggregate_tokens_per_s), the tails (ttft_s_p90, tokens_per_s_p10) and the per-round
+    aggregates (round_aggregate_tokens_per_s)."""
     samples, aggregates = [], []
-    payload = speed_payload(model, max_tokens)
     for round_no in range(rounds):
-        results, wall = run_together(lambda _i: stream_chat(endpoint, payload), concurrency)
+        payloads = [speed_payload(model, max_tokens, nonce()) for _ in range(concurrency)]
+        results, wall = run_together(
+            lambda i, p=payloads: stream_chat(endpoint, p[i]), concurrency)
         total = sum(r["completion_tokens"] for r in results if r["ok"])
-        aggregates.append(total / wall if wall > 0 and total else None)
+        aggregates.append(round(total / wall, 2) if wall > 0 and total else None)
         for index, r in enumerate(results):
             samples.append({"round": round_no + 1, "index": index, **r})
     ok = [s for s in samples if s["ok"]]
-    return {"tokens_per_s": _median([s["tokens_per_s"] for s in ok], 2),
-            "ttft_s": _median([s["ttft_s"] for s in ok], 4),
+    rates, ttfts = [s["tokens_per_s"] for s in ok], [s["ttft_s"] for s in ok]
+    return {"tokens_per_s": _median(rates, 2), "ttft_s": _median(ttfts, 4),
             "aggregate_tokens_per_s": _median(aggregates, 2),
+            "tokens_per_s_p10": _percentile(rates, 0.1, 2),
+            "ttft_s_p90": _percentile(ttfts, 0.9, 4),
+            "round_aggregate_tokens_per_s": aggregates,
             "requests": len(samples), "ok": len(ok), "samples": samples}
+
+
+# --- MTP acceptance from vLLM's Prometheus counters -------------------------------------------
+
+_PROM_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
+_PROM_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_PROM_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def parse_prometheus(text: str) -> list:
+    """[(name, {label: value}, float value)] of the samples in a Prometheus text exposition;
+    comments (# HELP, # TYPE), blank and malformed lines are skipped."""
+    samples = []
+    for line in text.splitlines():
+        match = _PROM_SAMPLE.match(line.strip())
+        if not match or line.lstrip().startswith("#"):
+            continue
+        name, labels_text, raw = match.groups()
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        labels = {key: re.sub(r"\\[\\\"n]", lambda m: _PROM_ESCAPES[m.group(0)], val)
+                  for key, val in _PROM_LABEL.findall(labels_text or "")}
+        samples.append((name, labels, value))
+    return samples
+
+
+def spec_counters(samples) -> object:
+    """vLLM's speculative-decoding counters summed over their label sets (model_name, engine):
+    {'drafts', 'draft_tokens', 'accepted', 'per_position': {position: accepted}}; None when
+    any of the three totals is missing (speculative decoding off, or not vLLM)."""
+    totals, per_position = {}, {}
+    names = {metric: key for key, metric in SPEC_METRICS.items()}
+    for name, labels, value in samples:
+        if name in names:
+            totals[names[name]] = totals.get(names[name], 0.0) + value
+        elif name == SPEC_PER_POS and str(labels.get("position", "")).isdigit():
+            position = int(labels["position"])
+            per_position[position] = per_position.get(position, 0.0) + value
+    if set(totals) != set(SPEC_METRICS):
+        return None
+    return {**totals, "per_position": per_position}
+
+
+def _count(value: float):
+    return int(value) if float(value).is_integer() else round(value, 3)
+
+
+def spec_decode_delta(before: dict, after: dict) -> dict:
+    """The speculative decoding between two spec_counters() readings: drafts, draft_tokens and
+    accepted tokens, acceptance_rate = accepted / draft_tokens, mean_acceptance_length =
+    1 + accepted / drafts, per_position[i] = tokens accepted at draft position i / drafts (rates
+    None without drafts); {'unavailable': why} when a counter went backwards (a restart)."""
+    delta = {key: after[key] - before[key] for key in SPEC_METRICS}
+    if any(v < 0 for v in delta.values()):
+        return {"unavailable": "the counters went backwards between the readings (restart?)"}
+    drafts, draft_tokens, accepted = delta["drafts"], delta["draft_tokens"], delta["accepted"]
+    per_position = [
+        round((after["per_position"][p] - before["per_position"].get(p, 0.0)) / drafts, 4)
+        if drafts > 0 else None
+        for p in sorted(after["per_position"])]
+    return {"drafts": _count(drafts), "draft_tokens": _count(draft_tokens),
+            "accepted": _count(accepted),
+            "acceptance_rate": round(accepted / draft_tokens, 4) if draft_tokens > 0 else None,
+            "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts > 0 else None,
+            "per_position": per_position}
+
+
+def read_spec_counters(endpoint: Endpoint) -> tuple:
+    """(spec_counters() of GET /metrics or None, why not or None); an endpoint without
+    /metrics (404, 401, no answer) is 'unavailable', never a failure."""
+    status, text, error = endpoint.fetch_text("/metrics", timeout=10)
+    if status != 200 or text is None:
+        return None, f"/metrics: {error or f'HTTP {status}'}"
+    counters = spec_counters(parse_prometheus(text))
+    if counters is None:
+        return None, "/metrics has no vllm:spec_decode_* counters (speculative decoding off?)"
+    return counters, None
 
 
 def run_speed(endpoint: Endpoint, model: str, concurrency: int, max_tokens: int,
@@ -433,6 +762,7 @@ def run_speed(endpoint: Endpoint, model: str, concurrency: int, max_tokens: int,
     """The speed measurement at c=1 and c=concurrency; (speed dict, failures)."""
     speed = {"concurrency": concurrency, "max_tokens": max_tokens, "rounds": rounds}
     failures = []
+    before, why = read_spec_counters(endpoint)
     for key, n in (("c1", 1), ("cN", concurrency)):
         level = speed_level(endpoint, model, n, max_tokens, rounds)
         speed[key] = level
@@ -440,6 +770,9 @@ def run_speed(endpoint: Endpoint, model: str, concurrency: int, max_tokens: int,
                      for s in level["samples"] if not s["ok"]]
         if level["ok"] < level["requests"]:
             break  # an engine that fails streams at c=1 is not measured at c=N
+    after, why_after = read_spec_counters(endpoint) if before else (None, why)
+    speed["spec_decode"] = (spec_decode_delta(before, after) if before and after
+                            else {"unavailable": why_after})
     status, _, error = endpoint.request("GET", "/health", timeout=10)
     speed["health_after"] = {"ok": status == 200, "last": status if status else error}
     if status != 200:
@@ -468,10 +801,103 @@ def aggregate(results, wall_s: float) -> dict:
     }
 
 
+# --- long prompts (--long-prompt-tokens): prefill at concurrency -----------------------------
+
+def long_prompt_text(first_word: str, words: int) -> str:
+    """A prompt of `words` whitespace words: first_word (a nonce, so that no two prompts share
+    a cached prefix), then the numbers 1, 2, ... (numbered words: the text never repeats)."""
+    return " ".join([first_word] + [str(k) for k in range(1, max(words, 1))])
+
+
+def long_messages(text: str) -> list:
+    return [{"role": "user", "content": text}]
+
+
+def size_long_prompt(endpoint: Endpoint, model: str, tokens: int) -> tuple:
+    """(words, sized_by) for a prompt of about `tokens` tokens: POST /tokenize measures a text
+    of `tokens` words once (its "count", chat template included) and the word count is scaled
+    by tokens / count; when /tokenize does not answer with a count, one word per token."""
+    sample = long_prompt_text(nonce(), tokens)
+    status, body, _ = endpoint.request(
+        "POST", "/tokenize", {"model": model, "messages": long_messages(sample)}, timeout=60)
+    count = body.get("count") if status == 200 and isinstance(body, dict) else None
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return max(1, round(tokens * tokens / count)), "tokenize"
+    return tokens, "whitespace words"
+
+
+def error_detail(body) -> str:
+    """The server's error message of an error answer (OpenAI shape), cut to 200 characters."""
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else (error or (
+        body.get("detail") if isinstance(body, dict) else None))
+    return f": {str(message)[:200]}" if message else ""
+
+
+def long_request(endpoint: Endpoint, model: str, text: str) -> dict:
+    """One long-prompt chat completion and what it proved (status, ok, error, prompt_tokens,
+    completion_tokens, latency_s, '_start'/'_end' for run_together)."""
+    payload = {"model": model, "max_tokens": LONG_MAX_TOKENS, "temperature": 0,
+               "messages": long_messages(text)}
+    start = time.monotonic()
+    status, body, error = endpoint.request("POST", "/v1/chat/completions", payload)
+    end = time.monotonic()
+    tokens, source, problem = check_completion(status, body, error)
+    if status not in (None, 200):
+        problem = f"{problem}{error_detail(body)}"
+    usage = body.get("usage") if isinstance(body, dict) else None
+    prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if not isinstance(prompt_tokens, int) or isinstance(prompt_tokens, bool):
+        prompt_tokens = None
+        if problem is None:
+            problem = "usage.prompt_tokens missing"
+    return {"status": status, "ok": problem is None, "error": problem,
+            "prompt_tokens": prompt_tokens, "completion_tokens": tokens,
+            "content_source": source, "latency_s": round(end - start, 4),
+            "_start": start, "_end": end}
+
+
+def run_long_prompt(endpoint: Endpoint, model: str, tokens: int, concurrency: int = 4,
+                    max_model_len: int = 0, health_timeout: float = 600,
+                    health_interval: float = 1.0, container=None) -> tuple:
+    """The long-prompt mode instead of the smoke; (exit code, report dict)."""
+    target = min(tokens, max_model_len - LONG_CAP_MARGIN) if max_model_len > 0 else tokens
+    report = {"ok": False, "base_url": endpoint.base_url, "model": model, "failures": []}
+    gone = container_watch(container) if container else None
+    health = wait_healthy(endpoint, health_timeout, health_interval, gone)
+    report["health"] = health
+    if not health["ok"]:
+        report["failures"].append(f"health: {health['gone']}" if health.get("gone") else
+                                  f"health: /health not 200 within {health_timeout}s "
+                                  f"(last: {health['last']})")
+        return EXIT_USAGE, report
+    words, sized_by = size_long_prompt(endpoint, model, target)
+    texts = [long_prompt_text(nonce(), words) for _ in range(concurrency)]
+    results, wall = run_together(lambda i: long_request(endpoint, model, texts[i]), concurrency)
+    for index, r in enumerate(results):
+        r["index"] = index
+        if not r["ok"]:
+            report["failures"].append(f"long prompt request {index}: {r['error']}")
+    status, _, error = endpoint.request("GET", "/health", timeout=10)
+    report["health_after"] = {"ok": status == 200, "last": status if status else error}
+    if status != 200:
+        reason = gone() if gone else None
+        report["failures"].append(f"engine unhealthy after the long prompts: "
+                                  f"{error or f'HTTP {status}'}" + (f"; {reason}" if reason
+                                                                    else ""))
+    report["long_prompt"] = {
+        "requested_tokens": tokens, "target_tokens": target, "max_model_len": max_model_len,
+        "words": words, "sized_by": sized_by, "concurrency": concurrency,
+        "prompt_tokens": [r["prompt_tokens"] for r in results],
+        "ok": not report["failures"], "requests": results, "wall_s": round(wall, 4)}
+    report["ok"] = not report["failures"]
+    return (EXIT_OK if report["ok"] else EXIT_FAILED), report
+
+
 def run_smoke(endpoint: Endpoint, model: str, concurrency: int = 4, health_timeout: float = 600,
               max_tokens: int = 64, health_interval: float = 1.0, container=None,
-              speed: bool = False, speed_max_tokens: int = 256, speed_rounds: int = 2,
-              soak_s: float = 0.0) -> tuple:
+              speed: bool = False, speed_max_tokens: int = 256, speed_rounds: int = 5,
+              soak_s: float = 0.0, answer_check: bool = True, seed=None) -> tuple:
     """The whole smoke (then the speed measurement when `speed`); (exit code, report dict)."""
     report = {"ok": False, "base_url": endpoint.base_url, "model": model,
               "concurrency": concurrency, "max_tokens": max_tokens, "failures": []}
@@ -497,6 +923,15 @@ def run_smoke(endpoint: Endpoint, model: str, concurrency: int = 4, health_timeo
     for r in results:
         if not r["ok"]:
             report["failures"].append(f"request {r['index']}: {r['error']}")
+    if not answer_check:
+        report["answer_check"] = {"skipped": "--no-answer-check"}
+    elif report["failures"]:
+        report["answer_check"] = {"skipped": "the burst failed"}
+    else:
+        report["answer_check"], failure = run_answer_check(
+            endpoint, model, random.Random(seed))  # noqa: S311 (a question, not a secret)
+        if failure:
+            report["failures"].append(failure)
     if soak_s > 0 and not report["failures"]:
         soak = run_soak(endpoint, model, concurrency, max_tokens, soak_s)
         report["soak"] = soak
@@ -544,8 +979,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--soak-s", type=float, default=0.0, metavar="SECONDS",
                         help="after the burst, hold --concurrency requests in flight this long; "
                         "any failed request fails the smoke")
-    parser.add_argument("--speed-rounds", type=int, default=2,
-                        help="rounds per concurrency level (default 2)")
+    parser.add_argument("--speed-rounds", type=int, default=5,
+                        help="rounds per concurrency level (default 5)")
+    parser.add_argument("--no-answer-check", dest="answer_check", action="store_false",
+                        help="skip the question with a known answer after the burst")
+    parser.add_argument("--seed", type=int, help="seed of the answer check's numbers")
+    parser.add_argument("--long-prompt-tokens", type=int, default=0, metavar="N",
+                        help="instead of the smoke: --concurrency prompts of about N tokens")
+    parser.add_argument("--max-model-len", type=int, default=0, metavar="L",
+                        help="caps --long-prompt-tokens at L - 64 (default 0: no cap)")
     return parser
 
 
@@ -563,6 +1005,9 @@ def main(argv=None) -> int:
         ("--speed-max-tokens", args.speed_max_tokens < 2, ">= 2"),
         ("--speed-rounds", args.speed_rounds < 1, ">= 1"),
         ("--soak-s", args.soak_s < 0, ">= 0"),
+        ("--long-prompt-tokens", args.long_prompt_tokens < 0, ">= 0"),
+        ("--max-model-len", args.max_model_len != 0 and args.max_model_len <= LONG_CAP_MARGIN,
+         f"0 or > {LONG_CAP_MARGIN}"),
     ) if wrong]
     if bad:
         parser.print_usage(sys.stderr)
@@ -578,10 +1023,15 @@ def main(argv=None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"smoke: {exc}\n")
         return EXIT_USAGE
-    code, report = run_smoke(endpoint, args.model, args.concurrency, args.health_timeout,
-                             args.max_tokens, args.health_interval, args.container,
-                             args.speed, args.speed_max_tokens, args.speed_rounds,
-                             args.soak_s)
+    if args.long_prompt_tokens:
+        code, report = run_long_prompt(endpoint, args.model, args.long_prompt_tokens,
+                                       args.concurrency, args.max_model_len,
+                                       args.health_timeout, args.health_interval, args.container)
+    else:
+        code, report = run_smoke(endpoint, args.model, args.concurrency, args.health_timeout,
+                                 args.max_tokens, args.health_interval, args.container,
+                                 args.speed, args.speed_max_tokens, args.speed_rounds,
+                                 args.soak_s, args.answer_check, args.seed)
     text = json.dumps(report, sort_keys=True, indent=None if args.json else 2)
     print(endpoint.redact(text))
     return code

@@ -25,9 +25,12 @@ def double(tmp_path):
     yield from double_factory(tmp_path)
 
 
-def run(capsys, *args):
-    """smoke.main(args) -> (exit code, report dict, all text it printed)."""
-    code = smoke.main(["--json", "--health-interval", "0.1", *args])
+def run(capsys, *args, answer_check=False):
+    """smoke.main(args) -> (exit code, report dict, all text it printed). The answer check is
+    off unless asked for: the double's answers are not sums, and the fault ordinals
+    (VLLM_DOUBLE_FAULTS=KIND@N) below count the burst's requests only."""
+    extra = [] if answer_check else ["--no-answer-check"]
+    code = smoke.main(["--json", "--health-interval", "0.1", *extra, *args])
     out, err = capsys.readouterr()
     report = json.loads(out) if out.strip() else None
     return code, report, out + err
@@ -411,3 +414,533 @@ def test_soak_fails_on_a_failed_request_after_the_burst(double, capsys, tmp_path
     assert report["aggregate"]["ok"] == 2
     assert report["soak"]["failed"] == 1
     assert any(f.startswith("soak: 1 of ") and "HTTP 500" in f for f in report["failures"])
+
+
+# --- an in-test rig: answer check, degeneracy, /metrics, distinct prompts, long prompts -------
+
+SUM = __import__("re").compile(r"What is (\d+) \+ (\d+)\? Reply with the number only\.")
+
+
+def right_sum(prompt):
+    """A rig that answers sums right and anything else with a short plain sentence."""
+    match = SUM.fullmatch(prompt)
+    return {"content": str(int(match[1]) + int(match[2])) if match else "Mars is a planet."}
+
+
+class _Rig(BaseHTTPRequestHandler):
+    """A small vLLM-shaped server: /health, /v1/models, /v1/chat/completions (plain and
+    streamed, answered by server.answer(prompt) -> message dict), /metrics (server.metrics()
+    -> text, None: 404), /tokenize (server.tokenize(messages) -> count, None: 404). It records
+    every request as (path, headers, body) in server.seen."""
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, payload=None, text=None):
+        data = text.encode() if text is not None else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain" if text is not None else
+                         "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802
+        rig = self.server
+        rig.seen.append((self.path, dict(self.headers), None))
+        if self.path == "/health":
+            rig.health_calls += 1
+            self.reply(rig.health(rig.health_calls), {})
+        elif self.path == "/v1/models":
+            self.reply(200, {"data": [{"id": "m"}]})
+        elif self.path == "/metrics" and rig.metrics() is not None:
+            self.reply(200, text=rig.metrics())
+        else:
+            self.reply(404, {"detail": "Not Found"})
+
+    def do_POST(self):  # noqa: N802
+        rig = self.server
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        rig.seen.append((self.path, dict(self.headers), body))
+        if self.path == "/tokenize":
+            count = rig.tokenize(body["messages"])
+            self.reply(200, {"count": count}) if count is not None else self.reply(404, {})
+            return
+        prompt = body["messages"][-1]["content"]
+        with rig.lock:
+            rig.chats += 1
+            ordinal = rig.chats
+        status = rig.status(ordinal, prompt)
+        if status != 200:
+            self.reply(status, {"error": {"message": "boom", "code": status}})
+            return
+        message = {"role": "assistant", "content": None, **rig.answer(prompt)}
+        text = message.get("content") or message.get("reasoning_content") or ""
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
+        if not body.get("stream"):
+            self.reply(200, {"choices": [{"message": message}], "usage": usage})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for word in text.split(" "):
+            chunk = {"choices": [{"delta": {"content": word + " "}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+            time.sleep(0.002)
+        with rig.lock:
+            rig.streams += 1
+        self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+@pytest.fixture
+def rig():
+    servers = []
+
+    def start(answer=right_sum, metrics=lambda: None, tokenize=lambda messages: None,
+              status=lambda ordinal, prompt: 200, health=lambda calls: 200):
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Rig)
+        server.answer, server.metrics, server.tokenize = answer, metrics, tokenize
+        server.status, server.health = status, health
+        server.seen, server.lock, server.chats, server.streams, server.health_calls = (
+            [], threading.Lock(), 0, 0, 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        server.base_url = f"http://127.0.0.1:{server.server_address[1]}"
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def chat_prompts(server, stream=None):
+    return [body["messages"][-1]["content"] for path, _, body in server.seen
+            if path == "/v1/chat/completions" and (stream is None or
+                                                   bool(body.get("stream")) == stream)]
+
+
+def test_answer_check_passes_with_the_sum_and_is_recorded(rig, capsys):
+    server = rig()
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "2", "--seed", "7", answer_check=True)
+    assert (code, report["ok"], report["failures"]) == (0, True, [])
+    rng = smoke.random.Random(7)
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    assert report["answer_check"] == {
+        "question": f"What is {a} + {b}? Reply with the number only.", "expected": a + b,
+        "answer": str(a + b), "ok": True}
+    [asked] = [body for path, _, body in server.seen
+               if path == "/v1/chat/completions" and SUM.fullmatch(body["messages"][0]["content"])]
+    assert (asked["temperature"], asked["max_tokens"]) == (0, 32)
+    assert asked["chat_template_kwargs"] == {"enable_thinking": False}
+    assert chat_prompts(server).index(asked["messages"][0]["content"]) == 2  # after the burst
+
+
+def test_the_seed_fixes_the_question_and_no_seed_varies_it(rig, capsys):
+    server = rig()
+    for seed in (["--seed", "3"], ["--seed", "3"], [], [], []):
+        run(capsys, "--base-url", server.base_url, "--model", "m", "--concurrency", "1", *seed,
+            answer_check=True)
+    questions = [p for p in chat_prompts(server) if SUM.fullmatch(p)]
+    assert len(questions) == 5
+    assert questions[0] == questions[1]
+    assert len(set(questions[1:])) >= 3  # three unseeded draws of 90 x 90 are not all alike
+
+
+@pytest.mark.parametrize("reply, got", [
+    (lambda s: str(s + 1), lambda s: repr(str(s + 1))),
+    (lambda s: "I like turtles", lambda s: "'I like turtles'"),
+    (lambda s: f"{s}0", lambda s: repr(f"{s}0")),                      # not a whole number
+    (lambda s: f"<think>it is {s}</think>\n\nno idea", lambda s: "'no idea'"),
+])
+def test_answer_check_fails_on_a_wrong_or_garbage_answer(rig, capsys, reply, got):
+    def answer(prompt):
+        match = SUM.fullmatch(prompt)
+        return {"content": reply(int(match[1]) + int(match[2])) if match else "Mars."}
+
+    server = rig(answer=answer)
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "2", answer_check=True)
+    check = report["answer_check"]
+    assert code == 1 and check["ok"] is False
+    a, b = SUM.fullmatch(check["question"]).groups()
+    total = int(a) + int(b)
+    assert report["failures"] == [f"answer check: asked {a} + {b}, expected {total}, "
+                                  f"got {got(total)}"]
+
+
+def test_a_degenerate_answer_to_the_question_is_named(rig, capsys):
+    server = rig(answer=lambda p: {"content": "!" * 32 if SUM.fullmatch(p) else "Mars."})
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "1", answer_check=True)
+    assert code == 1
+    assert report["failures"] == ["answer check: degenerate output: '!' repeated 32 times in a "
+                                  "row (runs of one character make up 100 % of the text)"]
+
+
+@pytest.mark.parametrize("message", [
+    {"content": None, "reasoning_content": "The user asks a sum. {a} + {b} = {s}. So {s}."},
+    {"content": "", "reasoning": "Adding: {s}"},
+    {"content": "<think>\nadd {a} and {b}\n</think>\n\n{s}"},
+    {"content": "add {a} and {b}\n</think>\n\n**{s}**"},       # the template opened <think>
+    {"content": "<think>{a} plus {b} is {s}"},                  # max_tokens ran out thinking
+])
+def test_answer_check_reads_a_reasoning_models_answer(rig, capsys, message):
+    def answer(prompt):
+        match = SUM.fullmatch(prompt)
+        if not match:
+            return {"content": "Mars."}
+        a, b = int(match[1]), int(match[2])
+        return {k: v.format(a=a, b=b, s=a + b) if isinstance(v, str) else v
+                for k, v in message.items()}
+
+    server = rig(answer=answer)
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "1", answer_check=True)
+    assert (code, report["failures"]) == (0, [])
+    assert report["answer_check"]["ok"] is True
+    assert "<think>" not in report["answer_check"]["answer"]
+
+
+def test_answer_check_is_skipped_when_asked_or_after_a_failed_burst(rig, capsys):
+    server = rig(status=lambda ordinal, prompt: 500 if ordinal == 1 else 200)
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "1", answer_check=True)
+    assert code == 1 and report["answer_check"] == {"skipped": "the burst failed"}
+    assert report["failures"] == ["request 0: HTTP 500"]
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "1")
+    assert code == 0 and report["answer_check"] == {"skipped": "--no-answer-check"}
+    assert not any(SUM.fullmatch(p) for p in chat_prompts(server))
+
+
+def test_judged_answer_and_whole_numbers():
+    def body(**message):
+        return {"choices": [{"message": message}]}
+
+    assert smoke.judged_answer(body(content="<think>x</think> 42")) == "42"
+    assert smoke.judged_answer(body(content="", reasoning="r" * 300 + " 42")).endswith(" 42")
+    assert len(smoke.judged_answer(body(content=None, reasoning="r" * 300))) == 200
+    assert smoke.judged_answer({"choices": []}) == ""
+    assert smoke.has_number("The sum is 131.", 131)
+    assert smoke.has_number("131", 131) and smoke.has_number("= 131, done", 131)
+    assert not smoke.has_number("1310", 131)
+    assert not smoke.has_number("2131", 131)
+    assert not smoke.has_number("131.5", 131)
+    assert not smoke.has_number("0.131", 131)
+
+
+CODE_WITH_SEPARATORS = '''\
+```python
+# ========================================
+# Settings read from the environment
+# ========================================
+import os
+
+PORT = int(os.environ.get("PORT", "8000"))
+WORKERS = int(os.environ.get("WORKERS", "4"))
+
+
+# ========================================
+# Entry point
+# ========================================
+def main() -> None:
+    print(f"serving on port {PORT} with {WORKERS} workers")
+```
+'''
+PROSE_WITH_RULE = ("Here is the summary of the release.\n\n" + "-" * 20 +
+                   "\n\nAll four rigs passed their health checks and the canary gates.")
+
+
+@pytest.mark.parametrize("text", [
+    CODE_WITH_SEPARATORS,
+    PROSE_WITH_RULE,
+    ", ".join(str(n) for n in range(1, 40)),                   # a list of numbers
+    "1 1 2 3 5 8 13 21 34 55",
+    "Wow!!!!!!",                                               # short emphasis
+    "Mars is the fourth planet from the Sun.",
+    "very very very good",                                     # a few repeats are language
+    "Ein \ufffd in einem langen deutschen Satz ist noch kein Müll.",
+    "",
+    None,
+])
+def test_degeneracy_lets_real_answers_pass(text):
+    assert smoke.degeneracy(text) is None
+
+
+@pytest.mark.parametrize("text, why", [
+    ("!" * 20, "'!' repeated 20 times in a row (runs of one character make up 100 % of the "
+               "text)"),
+    ("Sure" + "!" * 60, "'!' repeated 60 times in a row (runs of one character make up 94 % "
+                        "of the text)"),
+    ("!!!!!!!!!! " * 6, "'!' repeated 60 times in a row (runs of one character make up 100 % "
+                        "of the text)"),                       # whitespace does not break a run
+    ("The answer is " + "the " * 12, "the word 'the' repeated more than 8 times in a row"),
+    ("Yes, " * 9 + "no", "the word 'Yes,' repeated more than 8 times in a row"),
+    ("0 " * 30, "'0' repeated 30 times in a row (runs of one character make up 100 % of the "
+                "text)"),
+    ("\ufffd" * 12 + "ok", "86 % of the text is U+FFFD replacement characters"),
+    # separators and next to nothing else: the runs are most of the text
+    ("# " + "=" * 40 + "\n# Notes\n# " + "=" * 40 + "\n",
+     "'=' repeated 40 times in a row (runs of one character make up 91 % of the text)"),
+    ("\ufffd\ufffd ab", "50 % of the text is U+FFFD replacement characters"),
+])
+def test_degeneracy_names_broken_output(text, why):
+    assert smoke.degeneracy(text) == why
+
+
+def test_a_degenerate_burst_answer_fails_its_request(rig, capsys):
+    server = rig(answer=lambda p: {"content": "!" * 40 if p == smoke.PROMPTS[1] else "Fine."})
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "2")
+    assert code == 1
+    assert report["failures"] == ["request 1: degenerate output: '!' repeated 40 times in a row "
+                                  "(runs of one character make up 100 % of the text)"]
+    assert [r["ok"] for r in report["requests"]] == [True, False]
+
+
+def test_a_degenerate_stream_fails_the_speed_run(rig, capsys):
+    server = rig(answer=lambda p: {"content": "the " * 20 if smoke.SPEED_PROMPT in p
+                                   else "Fine."})
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "1", "--speed", "--speed-rounds", "1")
+    assert code == 1
+    assert report["failures"] == ["speed c=1 round 1 request 0: degenerate output: the word "
+                                  "'the' repeated more than 8 times in a row"]
+
+
+def test_soak_answers_are_judged_too(rig, capsys):
+    # the burst (ordinal 1) answers well, later ones degenerate
+    server = rig(answer=lambda p: {"content": "Fine." if server.chats == 1 else "\ufffd" * 9})
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "1", "--soak-s", "0.3")
+    assert code == 1
+    assert report["soak"]["failed"] == report["soak"]["requests"] >= 1
+    assert "degenerate output: 100 % of the text is U+FFFD" in report["failures"][0]
+
+
+# --- speed: distinct prompts, percentiles, MTP acceptance ------------------------------------
+
+def test_every_speed_request_has_a_prompt_of_its_own(rig, capsys):
+    server = rig(answer=lambda p: {"content": "A keeper lit the lamp at dusk and watched."})
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "3", "--speed", "--speed-rounds", "3")
+    assert (code, report["failures"]) == (0, [])
+    streamed = chat_prompts(server, stream=True)
+    assert len(streamed) == 3 * 1 + 3 * 3
+    first_words = [p.split()[0] for p in streamed]
+    assert len(set(first_words)) == len(first_words)       # no two share even the first word
+    assert all(p.endswith(smoke.SPEED_PROMPT) for p in streamed)
+    for key, n in (("c1", 1), ("cN", 3)):
+        level = report["speed"][key]
+        assert (level["requests"], level["ok"]) == (3 * n, 3 * n)
+        assert len(level["round_aggregate_tokens_per_s"]) == 3
+        assert sorted({s["round"] for s in level["samples"]}) == [1, 2, 3]
+        assert level["tokens_per_s_p10"] <= level["tokens_per_s"]
+        assert level["ttft_s_p90"] >= level["ttft_s"]
+        assert level["aggregate_tokens_per_s"] == smoke._median(
+            level["round_aggregate_tokens_per_s"], 2)
+
+
+def test_speed_rounds_default_to_five():
+    args = smoke.build_parser().parse_args(["--base-url", "http://127.0.0.1:1", "--model", "m"])
+    assert (args.speed_rounds, args.answer_check, args.long_prompt_tokens,
+            args.max_model_len, args.request_timeout) == (5, True, 0, 0, 300.0)
+
+
+def test_percentiles_take_the_nearest_rank_and_skip_missing_values():
+    rates = [50.0, 10.0, 40.0, 30.0, 20.0, None]
+    assert smoke._percentile(rates, 0.1, 2) == 10.0          # rank ceil(0.5) = 1
+    assert smoke._percentile(rates, 0.9, 2) == 50.0          # rank ceil(4.5) = 5
+    ttfts = [0.1 * i for i in range(1, 21)]
+    assert smoke._percentile(ttfts, 0.9, 4) == 1.8           # the 18th of 20
+    assert smoke._percentile(ttfts, 0.1, 4) == 0.2
+    assert smoke._percentile([None], 0.9, 4) is None
+
+
+METRICS_TEXT = '''\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+vllm:spec_decode_num_drafts_total{{engine="1",model_name="m"}} {drafts}
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {draft_tokens}
+vllm:spec_decode_num_draft_tokens_total{{engine="1",model_name="m"}} {draft_tokens}
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+vllm:spec_decode_num_accepted_tokens_total{{engine="1",model_name="m"}} {accepted}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="1",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="1",model_name="m",position="1"}} {p1}
+vllm:num_requests_running{{engine="0",model_name="m"}} 0.0
+'''
+
+
+def metrics_at(n):
+    """Both engines' counters after n drafts each: 2 draft tokens per draft, 0.75 of the first
+    and 0.25 of the second position accepted."""
+    return METRICS_TEXT.format(drafts=f"{4.0 * n}", draft_tokens=f"{8.0 * n}",
+                               accepted=f"{4.0 * n}", p0=f"{3.0 * n}", p1=f"{1.0 * n}")
+
+
+def test_prometheus_parser_reads_names_labels_values():
+    text = (metrics_at(1) + 'odd{a="x\\"y",b="}"} 2.5 1700000000000\n'
+            "no_labels 7\n" + "garbage line here\n" + 'bad_value{a="1"} NaNx\n')
+    samples = smoke.parse_prometheus(text)
+    assert ("odd", {"a": 'x"y', "b": "}"}, 2.5) in samples
+    assert ("no_labels", {}, 7.0) in samples
+    assert ("vllm:spec_decode_num_drafts_total", {"engine": "1", "model_name": "m"}, 4.0) in (
+        samples)
+    assert not any(name.startswith(("#", "garbage", "bad_value")) for name, _, _ in samples)
+    assert len(samples) == 11 + 2
+
+
+def test_spec_decode_deltas_sum_over_label_sets():
+    before = smoke.spec_counters(smoke.parse_prometheus(metrics_at(10)))
+    after = smoke.spec_counters(smoke.parse_prometheus(metrics_at(35)))
+    assert before == {"drafts": 80.0, "draft_tokens": 160.0, "accepted": 80.0,
+                      "per_position": {0: 60.0, 1: 20.0}}
+    assert smoke.spec_decode_delta(before, after) == {
+        "drafts": 200, "draft_tokens": 400, "accepted": 200, "acceptance_rate": 0.5,
+        "mean_acceptance_length": 2.0, "per_position": [0.75, 0.25]}
+    assert smoke.spec_decode_delta(after, after)["acceptance_rate"] is None
+    assert "unavailable" in smoke.spec_decode_delta(after, before)
+    assert smoke.spec_counters(smoke.parse_prometheus("vllm:num_requests_running 1\n")) is None
+
+
+def test_speed_reports_mtp_acceptance_from_metrics(rig, capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("VDF_API_KEY", raising=False)
+    server = rig(answer=lambda p: {"content": "A keeper lit the lamp."},
+                 metrics=lambda: metrics_at(server.streams))
+    key_file = tmp_path / "key"
+    key_file.write_text(SECRET)
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "2", "--speed", "--speed-rounds", "2",
+                          "--api-key-file", str(key_file))
+    assert (code, report["failures"]) == (0, [])
+    drafts = 8 * (2 * 1 + 2 * 2)                    # 6 streams, 4 drafts per engine each
+    assert report["speed"]["spec_decode"] == {
+        "drafts": drafts, "draft_tokens": 2 * drafts, "accepted": drafts,
+        "acceptance_rate": 0.5, "mean_acceptance_length": 2.0, "per_position": [0.75, 0.25]}
+    metrics_calls = [headers for path, headers, _ in server.seen if path == "/metrics"]
+    assert len(metrics_calls) == 2
+    assert all(h.get("Authorization") == f"Bearer {SECRET}" for h in metrics_calls)
+
+
+@pytest.mark.parametrize("metrics, why", [
+    (lambda: None, "/metrics: HTTP 404"),
+    (lambda: "vllm:num_requests_running 0\n",
+     "/metrics has no vllm:spec_decode_* counters (speculative decoding off?)"),
+])
+def test_missing_spec_decode_metrics_are_unavailable_not_a_failure(rig, capsys, metrics, why):
+    server = rig(answer=lambda p: {"content": "A keeper lit the lamp."}, metrics=metrics)
+    code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
+                          "--concurrency", "1", "--speed", "--speed-rounds", "1")
+    assert (code, report["failures"]) == (0, [])
+    assert report["speed"]["spec_decode"] == {"unavailable": why}
+
+
+def test_spec_decode_unavailable_when_metrics_cannot_be_reached():
+    endpoint = smoke.Endpoint(f"http://127.0.0.1:{free_port()}")
+    counters, why = smoke.read_spec_counters(endpoint)
+    assert counters is None and why.startswith("/metrics: ")
+
+
+# --- --long-prompt-tokens --------------------------------------------------------------------
+
+def long_run(capsys, server, *args):
+    return run(capsys, "--base-url", server.base_url, "--model", "m", "--concurrency", "3",
+               "--long-prompt-tokens", *args)
+
+
+def test_long_prompts_are_sized_with_tokenize_and_distinct(rig, capsys):
+    # this rig's tokenizer: two tokens per word, plus 10 for the chat template
+    server = rig(answer=lambda p: {"content": "OK"},
+                 tokenize=lambda messages: 2 * len(messages[0]["content"].split()) + 10)
+    code, report, _ = long_run(capsys, server, "1000")
+    assert (code, report["ok"], report["failures"]) == (0, True, [])
+    [tokenize] = [body for path, _, body in server.seen if path == "/tokenize"]
+    assert tokenize["model"] == "m" and len(tokenize["messages"][0]["content"].split()) == 1000
+    prompts = chat_prompts(server)
+    assert len(prompts) == 3                         # no burst, no answer check: only these
+    assert {len(p.split()) for p in prompts} == {498}  # round(1000 * 1000 / 2010)
+    assert len({p.split()[0] for p in prompts}) == 3
+    bodies = [body for path, _, body in server.seen if path == "/v1/chat/completions"]
+    assert {(b["max_tokens"], b["temperature"]) for b in bodies} == {(16, 0)}
+    long = report["long_prompt"]
+    assert (long["requested_tokens"], long["target_tokens"], long["concurrency"]) == (1000, 1000, 3)
+    assert (long["sized_by"], long["words"], long["ok"]) == ("tokenize", 498, True)
+    assert long["prompt_tokens"] == [498, 498, 498]  # what the rig reported, as recorded
+    assert [r["index"] for r in long["requests"]] == [0, 1, 2]
+    assert long["wall_s"] > 0
+    assert report["health_after"]["ok"] is True and "requests" not in report
+    # /health before the prompts and after them
+    assert [path for path, _, _ in server.seen].count("/health") == 2
+
+
+def test_long_prompts_without_tokenize_take_one_word_per_token_and_the_cap(rig, capsys):
+    server = rig(answer=lambda p: {"content": "OK"})
+    code, report, _ = long_run(capsys, server, "1000", "--max-model-len", "600")
+    assert code == 0
+    assert {len(p.split()) for p in chat_prompts(server)} == {600 - 64}
+    long = report["long_prompt"]
+    assert (long["sized_by"], long["target_tokens"], long["max_model_len"]) == (
+        "whitespace words", 536, 600)
+
+
+def test_one_failing_long_request_fails_the_run(rig, capsys):
+    server = rig(answer=lambda p: {"content": "OK"},
+                 status=lambda ordinal, prompt: 500 if ordinal == 2 else 200)
+    code, report, _ = long_run(capsys, server, "200")
+    assert code == 1 and report["long_prompt"]["ok"] is False
+    [bad] = [r for r in report["long_prompt"]["requests"] if not r["ok"]]
+    assert bad["status"] == 500 and bad["prompt_tokens"] is None
+    assert report["failures"] == [f"long prompt request {bad['index']}: HTTP 500: boom"]
+    tokens = report["long_prompt"]["prompt_tokens"]
+    assert tokens[bad["index"]] is None and tokens.count(200) == 2
+
+
+@pytest.mark.parametrize("answer, failure", [
+    ({"content": "!" * 16 + "!"}, "degenerate output: '!' repeated 17 times in a row (runs of "
+                                  "one character make up 100 % of the text)"),
+    ({"content": ""}, "empty content"),
+])
+def test_long_answers_are_judged(rig, capsys, answer, failure):
+    server = rig(answer=lambda p: answer)
+    code, report, _ = long_run(capsys, server, "50")
+    assert code == 1
+    assert report["failures"] == [f"long prompt request {i}: {failure}" for i in range(3)]
+
+
+def test_an_engine_unhealthy_after_the_long_prompts_fails(rig, capsys):
+    server = rig(answer=lambda p: {"content": "OK"},
+                 health=lambda calls: 200 if calls == 1 else 503)
+    code, report, _ = long_run(capsys, server, "100")
+    assert code == 1
+    assert report["failures"] == ["engine unhealthy after the long prompts: HTTP 503"]
+    assert all(r["ok"] for r in report["long_prompt"]["requests"])
+
+
+def test_long_prompt_mode_stops_waiting_when_the_container_dies(tmp_path, monkeypatch, capsys):
+    _docker_double(tmp_path, monkeypatch, ["running 0", "exited 0"])
+    start = time.monotonic()
+    code, report, _ = run(capsys, "--base-url", f"http://127.0.0.1:{free_port()}", "--model",
+                          "m", "--health-timeout", "60", "--container", "vllm-dual-fast",
+                          "--long-prompt-tokens", "100")
+    assert time.monotonic() - start < 10
+    assert code == 2
+    [failure] = report["failures"]
+    assert failure.startswith("health: container vllm-dual-fast is exited")
+    assert "long_prompt" not in report
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--long-prompt-tokens", "-1"], "--long-prompt-tokens"),
+    (["--long-prompt-tokens", "100", "--max-model-len", "64"], "--max-model-len"),
+])
+def test_bad_long_prompt_usage_exits_2(capsys, args, named):
+    assert smoke.main(["--base-url", "http://127.0.0.1:1", "--model", "m", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"smoke: {named} must be" in captured.err

@@ -200,7 +200,9 @@ def debian_tasks_before_install():
     tasks = []
     for task in role_tasks("driver_debian.yml"):
         apt = task.get("ansible.builtin.apt")
-        if apt is not None and apt.get("name"):
+        if (apt is not None and apt.get("name")) or task.get(
+            "ansible.builtin.include_tasks"
+        ) == "driver_install.yml":
             return no_host_apt_paths(tasks)
         if apt is not None:
             task = {
@@ -349,8 +351,8 @@ def test_cuda_repo_preferences_lock_the_driver_branch_and_leave_other_nvidia_pac
     install = next(
         i
         for i, t in enumerate(role_tasks("driver_cuda_repo.yml"))
-        if "ansible.builtin.apt" in t
-        and "cuda-drivers" in str(t["ansible.builtin.apt"].get("name"))
+        if t.get("ansible.builtin.include_tasks") == "driver_install.yml"
+        and "cuda-drivers" in str(t["vars"]["_vllm_dual_fast_driver_install_packages"])
     )
     assert role_tasks("driver_cuda_repo.yml").index(pin_tasks[0]) < install, "pin before install"
     no_host_apt_paths(pin_tasks)
@@ -870,3 +872,121 @@ def test_serving_stages_stop_in_preflight_without_a_usable_driver(
     else:
         assert result.returncode != 0, out
         assert stop_says in out, out
+
+
+# --- the driver install: a background job followed until it ends -------------------------------
+
+FAKE_DPKG_QUERY = """#!/bin/bash
+# dpkg-query --show --showformat=... PKG...: the packages listed in $FAKE_ROOT/installed are "ii".
+rc=0
+for pkg in "${@:3}"; do
+  if grep -qx "${pkg}" "${FAKE_ROOT}/installed" 2>/dev/null; then echo "${pkg} ii "
+  else echo "dpkg-query: no packages found matching ${pkg}" >&2; rc=1; fi
+done
+exit "${rc}"
+"""
+
+# apt-get install as on a DKMS host: apt's own lines for a while, then a silent module build
+# whose make.log grows, then (unless FAKE_APT_FAIL) the packages are installed.
+FAKE_APT_GET = """#!/bin/bash
+echo "$*" >> "${FAKE_ROOT}/apt-calls"
+echo "Reading package lists..."
+echo "Setting up nvidia-kernel-dkms (550.163.01-2) ..."
+sleep 3
+log="${FAKE_ROOT}/dkms/nvidia-current/550.163.01/build/make.log"
+mkdir -p "$(dirname "${log}")"
+for i in 1 2 3 4 5; do echo "  CC [M]  nvidia/nv-step${i}.o" >> "${log}"; sleep 1; done
+if [ -n "${FAKE_APT_FAIL:-}" ]; then
+  echo "E: Sub-process /usr/bin/dpkg returned an error code (1)"; exit 100
+fi
+for arg in "$@"; do
+  case "${arg}" in -*|install|*=*) ;; *) echo "${arg}" >> "${FAKE_ROOT}/installed" ;; esac
+done
+"""
+
+
+def install_world(tmp_path):
+    root = tmp_path / "rig"
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, text in (("dpkg-query", FAKE_DPKG_QUERY), ("apt-get", FAKE_APT_GET)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    # A failed build of an earlier run left its log: it must not be shown as this run's.
+    stale = root / "dkms/nvidia-current/535.261.03/build/make.log"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("stale line of an old build\n")
+    os.utime(stale, (1_700_000_000, 1_700_000_000))
+    (root / "installed").write_text("linux-headers-amd64\n")
+    return root
+
+
+def run_driver_install(tmp_path, root, args=(), fail=False):
+    tasks = [
+        {
+            "name": "Install the driver packages",
+            "ansible.builtin.include_tasks": str(ROLE / "tasks/driver_install.yml"),
+        }
+    ]
+    env = {
+        "PATH": f"{root / 'bin'}:{os.environ['PATH']}",
+        "FAKE_ROOT": str(root),
+        "ANSIBLE_ASYNC_DIR": str(tmp_path / "async"),
+    }
+    if fail:
+        env["FAKE_APT_FAIL"] = "1"
+    return run_playbook(
+        tmp_path,
+        play(tasks),
+        {
+            "_vllm_dual_fast_driver_install_packages": ["linux-headers-amd64", "nvidia-driver"],
+            "_vllm_dual_fast_driver_install_recommends": False,
+            "_vllm_dual_fast_state_dir": str(root / "state"),
+            "_vllm_dual_fast_dkms_dir": str(root / "dkms"),
+            "_vllm_dual_fast_job_interval": 1,
+            "_vllm_dual_fast_driver_install_timeout": 120,
+        },
+        env=env,
+        args=args,
+    )
+
+
+def test_driver_install_shows_apt_then_the_dkms_build_and_then_changes_nothing(tmp_path):
+    root = install_world(tmp_path)
+    result, out = run_driver_install(tmp_path, root)
+    assert result.returncode == 0, out
+    # Only the missing package is installed, without recommends, as the apt module did.
+    [call] = (root / "apt-calls").read_text().splitlines()
+    assert call.endswith("install --no-install-recommends nvidia-driver"), call
+    assert re.search(r"running \d+ s, apt: ", out), out
+    assert re.search(r"running \d+ s, DKMS build:\s+CC \[M\]\s+nvidia/nv-step\d\.o", out), out
+    assert re.search(r"finished after \d+ s", out), out
+    assert "stale line" not in out, out
+    assert recap(out)["changed"] == 1, out
+
+    again, out = run_driver_install(tmp_path, root)
+    assert again.returncode == 0, out
+    assert recap(out)["changed"] == 0, out
+    assert len((root / "apt-calls").read_text().splitlines()) == 1, "a second install ran"
+    start = r"TASK \[Start the install of the missing driver packages\][^\n]*\nskipping"
+    assert re.search(start, out), out
+    assert "follow_job.yml" not in out, out
+
+
+def test_driver_install_that_fails_fails_the_task_with_apts_error(tmp_path):
+    root = install_world(tmp_path)
+    result, out = run_driver_install(tmp_path, root, fail=True)
+    assert result.returncode != 0, out
+    assert recap(out)["failed"] == 1, out
+    assert re.search(r"the driver install \(nvidia-driver\) failed \(rc 100\)", out), out
+    assert "E: Sub-process /usr/bin/dpkg returned an error code (1)" in out, out
+    assert (root / "installed").read_text() == "linux-headers-amd64\n"
+
+
+def test_driver_install_in_check_mode_names_the_packages_and_installs_nothing(tmp_path):
+    root = install_world(tmp_path)
+    result, out = run_driver_install(tmp_path, root, args=("--check",))
+    assert result.returncode == 0, out
+    assert "Check mode: would install nvidia-driver" in out, out
+    assert recap(out)["changed"] == 1, out
+    assert not (root / "apt-calls").exists(), out

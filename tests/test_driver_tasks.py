@@ -792,6 +792,25 @@ def test_secure_boot_without_mokutil_is_unknown_and_warned_not_off(tmp_path):
     assert result.returncode == 0, out
     # The warning itself (a debug message), not only its task's title.
     assert re.search(r"msg\"?:\s*['\"]?Secure Boot state is unknown: mokutil", out), out
+    assert "Secure Boot off" in out and "ignore this notice" in out, out
+
+
+@pytest.mark.skipif(shutil.which("mokutil") is not None, reason="needs a host without mokutil")
+def test_secure_boot_notice_is_shown_once_when_preflight_runs_twice(tmp_path):
+    # site.yml runs preflight in its provision and its deploy playbook.
+    once = play(secure_boot_tasks())[0]
+    result, out = run_playbook(
+        tmp_path,
+        [once, {**once, "name": "Preflight again"}],
+        {
+            **SB_VARS,
+            "_vllm_dual_fast_driver_family": "debian",
+            "vllm_dual_fast_driver_source": "distro",
+        },
+    )
+    assert result.returncode == 0, out
+    assert "Preflight again" in out, out
+    assert len(re.findall(r"Secure Boot state is unknown: mokutil", out)) == 1, out
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SCENARIOS ?= default existing deploy fleet driver
 
-.PHONY: setup venv engine images lint pytest molecule test demo demo-clean upstream-watch
+.PHONY: setup venv engine engine-stop images lint pytest molecule test demo demo-clean upstream-watch
 
 setup: venv engine images
 
@@ -27,6 +27,11 @@ $(VENV)/.installed: requirements-dev.txt requirements-test.txt
 
 engine:
 	./scripts/docker-engine.sh
+
+# Stops the dockerd that `make engine` started (an engine it found running is left alone);
+# images, volumes and caches stay, and `make engine` starts it again.
+engine-stop:
+	./scripts/docker-engine.sh stop
 
 images: engine
 	./scripts/build-images.sh

@@ -56,7 +56,10 @@ build_image() {  # tag context base-tag [build-arg ...]
   echo "build-images: ${tag} built"
 }
 
-command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get -q -y install debootstrap >/dev/null
+if ! command -v debootstrap >/dev/null; then
+  apt-get -s install debootstrap | announce_new_packages build-images
+  DEBIAN_FRONTEND=noninteractive apt-get -q -y install debootstrap >/dev/null
+fi
 
 for suite in ${VDF_SUITES:-trixie bookworm}; do  # Debian 13 rigs everywhere; Debian 12 in `driver`
   case "${suite}" in bookworm) n=12 ;; trixie) n=13 ;; *) echo "unknown suite ${suite}" >&2; exit 1 ;; esac

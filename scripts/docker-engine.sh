@@ -7,6 +7,9 @@
 #   4. only when that engine fails the probe (Debian 12's 20.10 here: "unable to apply caps"),
 #      Debian 13's docker.io is installed through a private APT configuration, after printing
 #      which of the machine's packages that upgrades and why (it needs Debian 13's libc).
+# A failed probe is remembered in the state folder by the engine's package version, so the next
+# set-up skips that engine and goes straight to Debian 13's. Every package is named before apt
+# installs it. `docker-engine.sh stop` (make engine-stop) stops a daemon this script started.
 # PID 1 is not systemd on these machines, so the daemon runs in its own session, not as a unit.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -16,6 +19,8 @@ STATE_DIR="${VDF_STATE_DIR:-/var/lib/vllm-dual-fast-dev}"
 LOG="${STATE_DIR}/dockerd.log"
 PIDFILE="${STATE_DIR}/dockerd.pid"
 APT_DIR="${STATE_DIR}/apt"
+# One line per engine that failed the probe here: "docker.io=<package version> <when>".
+FAILED_PROBES="${STATE_DIR}/engine-probe-failed"
 # Each probe imports its own image, tagged with this run's process id (two runs at once never
 # remove each other's) and labelled, and removes it when the probe ends: no image is left, tagged
 # or dangling. Images are only ever removed by that tag or, dangling, by that label.
@@ -26,6 +31,33 @@ PROBE_IMAGE="${PROBE_REPO}:probe-$$"
 say() { echo "docker-engine: $*"; }
 engine_answers() { timeout 5 docker info >/dev/null 2>&1; }
 engine_version() { docker info --format '{{.ServerVersion}}' 2>/dev/null || echo unknown; }
+installed_engine_key() { echo "docker.io=$(dpkg-query -W -f '${Version}' docker.io 2>/dev/null || echo none)"; }
+candidate_engine_key() { echo "docker.io=$(apt-cache policy docker.io | awk '/Candidate/ {print $2}')"; }
+failed_probe_date() { awk -v key="$1" '$1 == key {print $2; exit}' "${FAILED_PROBES}" 2>/dev/null || true; }
+probe_failed_before() { [ -n "$(failed_probe_date "$1")" ]; }
+remember_failed_probe() {
+  probe_failed_before "$1" || echo "$1 $(date -u +%Y-%m-%dT%H:%MZ)" >>"${FAILED_PROBES}"
+}
+
+# Docker 20.10 (Debian 12's) fails the probe ("unable to apply caps") where this process's
+# capability bounding set lacks a capability the kernel has (these VMs lack CAP_SYS_RESOURCE);
+# 26.1 (Debian 13's) passes there. Versions between were not measured, so they are probed.
+bounding_set_is_reduced() {
+  local last bnd
+  last="$(cat /proc/sys/kernel/cap_last_cap 2>/dev/null || echo 0)"
+  bnd="$(awk '/^CapBnd:/ {print $2}' /proc/self/status)"
+  [ "$(( 16#${bnd:-0} ))" -ne "$(( (1 << (last + 1)) - 1 ))" ]
+}
+
+# Why an engine (docker.io=<version>) is known to fail the probe here; nothing when it is not.
+known_probe_failure() {
+  local major="${1#docker.io=}"; major="${major%%.*}"
+  if probe_failed_before "$1"; then
+    echo "it failed the probe on this machine on $(failed_probe_date "$1") (delete ${FAILED_PROBES} to probe it again)"
+  elif [[ "${major}" =~ ^[0-9]+$ ]] && [ "${major}" -le 20 ] && bounding_set_is_reduced; then
+    echo "Docker 20.10 and older fail it where the capability bounding set is reduced, as here (CapBnd $(awk '/^CapBnd:/ {print $2}' /proc/self/status))"
+  fi
+}
 
 # A one-file image made from this machine's own `true` and the libraries it links: no registry.
 build_probe_image() {
@@ -98,9 +130,11 @@ apt_progress() {
 }
 
 install_distro_engine() {
-  say "no Docker engine here: installing the distribution's docker.io ($(apt-cache policy docker.io | awk '/Candidate/ {print $2}'))"
+  say "no Docker engine here: trying the distribution's docker.io (${1#docker.io=}) first, as it"
+  say "was not probed on this machine yet; if it fails the probe, that is remembered in"
+  say "${FAILED_PROBES} and the next set-up goes straight to Debian 13's"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get -q update >/dev/null
+  apt-get -s install --no-install-recommends docker.io | announce_new_packages docker-engine
   with_no_service_starts apt_progress -y -q install --no-install-recommends docker.io
 }
 
@@ -129,17 +163,35 @@ install_newer_engine() {
   export APT_CONFIG="${conf}" DEBIAN_FRONTEND=noninteractive
   apt-get -q update >/dev/null
   local plan; plan="$(apt-get -s -t trixie install --no-install-recommends docker.io docker-compose)"
-  say "the installed engine (${1}) cannot start privileged containers with a private"
+  say "the distribution's engine (${1}) cannot start privileged containers with a private"
   say "cgroup namespace here, which the systemd rigs need. Installing Debian 13's docker.io,"
   say "which can. These packages of this machine are upgraded to their Debian 13 versions"
   say "(docker.io itself, and whatever of Debian 13's docker.io's dependencies is newer there):"
   echo "${plan}" | awk '/^Inst / && $3 ~ /^\[/ {gsub(/[\[\]]/, "", $3); gsub(/\(/, "", $4); printf "    %-28s %s -> %s\n", $2, $3, $4}'
-  echo "${plan}" | awk '/^Inst / && $3 !~ /^\[/ {n++} END {printf "  and %d package(s) are newly installed.\n", n}'
+  echo "${plan}" | announce_new_packages docker-engine
   with_no_service_starts apt_progress -y -q -t trixie install --no-install-recommends docker.io docker-compose
+}
+
+# Debian 13's engine in place of one that fails the probe (or is known to), started and probed.
+replace_with_newer_engine() {
+  install_newer_engine "$1"
+  start_engine
+  engine_runs_rigs || { say "even Debian 13's engine cannot start the rigs; see ${LOG}" >&2; exit 1; }
+}
+
+stop_command() {
+  if [ ! -s "${PIDFILE}" ]; then
+    if engine_answers; then say "the running engine was not started by this script: left alone"
+    else say "no engine started by this script is running"; fi
+    return 0
+  fi
+  say "stopping the dockerd this script started (pid $(cat "${PIDFILE}")); images and volumes stay"
+  stop_our_engine
 }
 
 main() {
   mkdir -p "${STATE_DIR}"
+  [ "${1:-}" = stop ] && { stop_command; return 0; }
   if engine_answers; then
     if engine_runs_rigs; then say "using the running engine ($(engine_version))"; return 0; fi
     if [ ! -s "${PIDFILE}" ]; then
@@ -148,16 +200,32 @@ main() {
       say "stop it (or point DOCKER_HOST at one that can) and run this again." >&2
       exit 1
     fi
+    remember_failed_probe "$(installed_engine_key)"
     stop_our_engine
   fi
-  command -v dockerd >/dev/null 2>&1 || install_distro_engine
-  engine_answers || start_engine
-  if ! engine_runs_rigs; then
-    local version; version="$(engine_version)"
-    stop_our_engine
-    install_newer_engine "${version}"
-    start_engine
-    engine_runs_rigs || { say "even Debian 13's engine cannot start the rigs; see ${LOG}" >&2; exit 1; }
+  if ! command -v dockerd >/dev/null 2>&1; then
+    apt-get -q update >/dev/null
+    local candidate why; candidate="$(candidate_engine_key)"; why="$(known_probe_failure "${candidate}")"
+    if [ -n "${why}" ]; then
+      say "no Docker engine here; skipping the distribution's ${candidate}: ${why}"
+      replace_with_newer_engine "${candidate}, not installed"
+      say "engine $(engine_version) answers and runs privileged systemd rigs"
+      return 0
+    fi
+    install_distro_engine "${candidate}"
+  fi
+  local installed why; installed="$(installed_engine_key)"; why="$(known_probe_failure "${installed}")"
+  if [ -n "${why}" ]; then
+    say "not starting the installed ${installed}: ${why}"
+    replace_with_newer_engine "${installed}"
+  else
+    engine_answers || start_engine
+    if ! engine_runs_rigs; then
+      remember_failed_probe "${installed}"
+      say "remembered in ${FAILED_PROBES}: the next set-up skips ${installed}"
+      stop_our_engine
+      replace_with_newer_engine "${installed}"
+    fi
   fi
   say "engine $(engine_version) answers and runs privileged systemd rigs"
 }

@@ -871,3 +871,375 @@ def test_0_33_layout_has_device_memory_utilization(src_0_33, tmp_path):
     code, _, stderr = parse_serve(laid_out_double(tmp_path, "0.27.1"),
                                   ["m", "--device-memory-utilization", "0.5"])
     assert code == 2
+
+
+# --- vLLM 0.27.1 routes, metrics, answers, timing and prefill memory ---------------------------
+
+QUESTION = "What is 17 + 25? Reply with the number only."
+
+
+def get_text(url, timeout=10):
+    """(status, body text, content type) of one GET."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(), resp.headers["Content-Type"]
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), exc.headers["Content-Type"]
+
+
+def sse(url, payload, key=None):
+    """(status, [parsed data of each event], saw [DONE]) of one streamed POST."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                 headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            data = [line.decode().strip()[len("data: "):] for line in resp
+                    if line.startswith(b"data: ")]
+    except urllib.error.HTTPError as exc:
+        return exc.code, [], False
+    return resp.status, [json.loads(d) for d in data if d != "[DONE]"], data[-1:] == ["[DONE]"]
+
+
+def ask(server, content, path="/v1/chat/completions", key=None, **extra):
+    payload = {"model": server.model, "messages": [{"role": "user", "content": content}],
+               **extra}
+    return http("POST", server.base_url + path, payload, key=key, timeout=30)
+
+
+def metric_samples(text):
+    """{'name{labels}': value} of a Prometheus text page."""
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def test_key_guard_covers_only_vllms_guarded_prefixes(double):
+    server = double(["--api-key", "s3cret"])
+    base = server.base_url
+    assert server.chat()[0] == 401
+    for path in ("/v1/models", "/v1/nothing", "/v2/models", "/inference/v1/generate",
+                 "/cohere/v2/chat", "/v1/models?x=1"):
+        assert http("GET", base + path) == (401, {"error": "Unauthorized"}), path
+    assert http("GET", base + "/v1/nothing", key="s3cret")[0] == 404
+    assert http("POST", base + "/v2/rerank", {}, key="s3cret")[0] == 404
+    # the real hole: vLLM serves these without any key
+    status, body = ask(server, "Say hi.", path="/invocations", max_tokens=5)
+    assert status == 200 and body["object"] == "chat.completion"
+    assert body["usage"]["completion_tokens"] == 5
+    assert ask(server, "Say hi.", path="/tokenize")[0] == 200
+    assert get_text(base + "/metrics")[0] == 200
+    assert http("GET", base + "/ping")[0] == 200 and http("POST", base + "/ping", {})[0] == 200
+    assert http("GET", base + "/unknown")[0] == 404
+    assert http("POST", base + "/unknown", {})[0] == 404
+    # the scheme is matched in any case, as vLLM's middleware does
+    req = urllib.request.Request(base + "/v1/models", headers={"Authorization": "bearer s3cret"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+
+
+def test_invocations_route_chat_bodies_streams_included(double):
+    server = double()
+    status, events, done = sse(server.base_url + "/invocations", {
+        "model": "m", "max_tokens": 6, "stream": True, "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Say hi."}]})
+    assert (status, done) == (200, True)
+    assert all(e["object"] == "chat.completion.chunk" for e in events)
+    assert len([e for e in events if e["choices"][0]["delta"].get("content")]) == 6
+    status, body = http("POST", server.base_url + "/invocations", {"model": "m", "prompt": "x"})
+    assert status == 400
+    assert "Cannot find suitable handler for request" in body["error"]["message"]
+
+
+def test_tokenize_has_vllms_response_shape(double):
+    server = double(["--max-model-len", "32k"])
+    status, body = http("POST", server.base_url + "/tokenize",
+                        {"model": "m", "prompt": "one two three four"})
+    assert status == 200
+    assert set(body) == {"count", "max_model_len", "tokens", "token_strs"}
+    assert (body["count"], body["max_model_len"], len(body["tokens"])) == (4, 32000, 4)
+    assert all(isinstance(t, int) for t in body["tokens"])
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Count these five words."}]
+    status, body = http("POST", server.base_url + "/tokenize", {"model": "m",
+                                                                "messages": messages})
+    chat = http("POST", server.base_url + "/v1/chat/completions",
+                {"model": "m", "messages": messages})[1]
+    assert body["count"] == len(body["tokens"]) == chat["usage"]["prompt_tokens"] == 2 + 4 + 8
+    assert http("POST", server.base_url + "/tokenize", {"model": "other", "prompt": "x"})[0] == 404
+    assert http("POST", server.base_url + "/tokenize", {"model": "m"})[0] == 400
+
+
+def test_metrics_count_tokens_and_spec_decode_as_vllm(double, tmp_path):
+    env = double_env(tmp_path)
+    write_rig_knobs(env, mtp_acceptance=0.5)
+    server = double(["--served-model-name", "qwen", "--speculative-config",
+                     '{"method": "mtp", "num_speculative_tokens": 2}'], env=env)
+    status, text, kind = get_text(server.base_url + "/metrics")
+    assert (status, kind) == (200, "text/plain; version=0.0.4; charset=utf-8")
+    labels = 'engine="0",model_name="qwen"'
+    assert metric_samples(text)[f"vllm:generation_tokens_total{{{labels}}}"] == 0.0
+    payload = {"model": "qwen", "max_tokens": 30, "ignore_eos": True,
+               "messages": [{"role": "user", "content": "Say hi."}]}
+    assert http("POST", server.base_url + "/v1/chat/completions", payload)[0] == 200
+    assert sse(server.base_url + "/v1/chat/completions", {**payload, "stream": True})[0] == 200
+    text = get_text(server.base_url + "/metrics")[1]
+    for name, kind_line in (("vllm:spec_decode_num_drafts_total", "counter"),
+                            ("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter"),
+                            ("vllm:prompt_tokens_total", "counter")):
+        assert f"# TYPE {name} {kind_line}" in text and f"# HELP {name} " in text
+    assert "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts." in text
+    samples = metric_samples(text)
+    accepted_per_step = 0.5 + 0.25  # a + a**2
+    drafts = 60 / (1 + accepted_per_step)
+    assert samples[f"vllm:prompt_tokens_total{{{labels}}}"] == 12.0  # 2 x (2 words + 4)
+    assert samples[f"vllm:generation_tokens_total{{{labels}}}"] == 60.0
+    assert samples[f"vllm:spec_decode_num_drafts_total{{{labels}}}"] == pytest.approx(drafts)
+    assert samples[f"vllm:spec_decode_num_draft_tokens_total{{{labels}}}"] == pytest.approx(
+        2 * drafts)
+    accepted = samples[f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}}"]
+    assert accepted == pytest.approx(0.75 * drafts)
+    assert samples[f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="0"}}'
+                   ] == pytest.approx(0.5 * drafts)
+    assert samples[f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="1"}}'
+                   ] == pytest.approx(0.25 * drafts)
+    assert 1 + accepted / drafts == pytest.approx(1.75)  # vLLM's mean acceptance length
+    plain = double()
+    text = get_text(plain.base_url + "/metrics")[1]
+    assert "vllm:generation_tokens_total" in text and "spec_decode" not in text
+
+
+def test_spec_counts_default_acceptance(monkeypatch):
+    import_double(monkeypatch)
+    from vllm._double.server import spec_counts
+
+    counts = spec_counts(277.31, 4, 0.7)
+    assert counts["mean_acceptance_length"] == pytest.approx(2.7731)
+    assert counts["drafts"] == pytest.approx(100.0)
+    assert counts["accepted_per_pos"] == pytest.approx([70.0, 49.0, 34.3, 24.01])
+
+
+def test_garbage_knob_answers_bangs_one_per_token(double, tmp_path):
+    env = double_env(tmp_path)
+    write_rig_knobs(env, garbage=True)
+    server = double(["--reasoning-parser", "qwen3"], env=env)
+    status, body = ask(server, QUESTION, max_tokens=16)
+    message = body["choices"][0]["message"]
+    assert status == 200
+    assert message["content"] == "!" * 9  # 8 reasoning tokens + the answer, all garbage
+    assert message["reasoning_content"] is None
+    assert body["usage"]["completion_tokens"] == 9
+    status, events, _ = sse(server.base_url + "/v1/chat/completions", {
+        "model": "m", "stream": True, "max_tokens": 5, "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Say hi."}]})
+    deltas = [e["choices"][0]["delta"].get("content") for e in events[1:]]
+    assert deltas == ["!"] * 5
+
+
+def test_arithmetic_question_gets_the_sum(double):
+    server = double(["--reasoning-parser", "qwen3"])
+    status, body = ask(server, QUESTION, max_tokens=32,
+                       chat_template_kwargs={"enable_thinking": False})
+    message = body["choices"][0]["message"]
+    assert (status, message["content"], message["reasoning_content"]) == (200, "42", None)
+    assert (body["usage"]["completion_tokens"], body["choices"][0]["finish_reason"]) == (1, "stop")
+    status, body = ask(server, QUESTION, max_tokens=32)
+    message = body["choices"][0]["message"]
+    assert message["content"] == "42" and len(message["reasoning_content"].split()) == 8
+    assert ask(server, "What is -3 + 10? Reply with the number only.",
+               max_tokens=32)[1]["choices"][0]["message"]["content"] == "7"
+    assert ask(server, "What is 2 + 2?", max_tokens=32)[1]["choices"][0]["message"][
+        "content"] != "4"
+    plain = double()
+    status, events, _ = sse(plain.base_url + "/v1/chat/completions", {
+        "model": "m", "stream": True, "messages": [{"role": "user", "content": QUESTION}]})
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == "42"
+
+
+def engine_with(monkeypatch, knobs, **kwargs):
+    import_double(monkeypatch)
+    monkeypatch.setenv("VLLM_DOUBLE_LATENCY_S", "0.1")
+    monkeypatch.setenv("VLLM_DOUBLE_TOKEN_S", "0.01")
+    monkeypatch.delenv("VLLM_MARLIN_INPUT_DTYPE", raising=False)
+    from vllm._double import server as double_server
+
+    return double_server, double_server.Engine(["m"], [], knobs=knobs, **kwargs)
+
+
+SHORT = [{"role": "user", "content": "Say hi."}]
+
+
+def test_jitter_bounds_and_seed_determinism(monkeypatch):
+    knobs = {"ttft_jitter_s": 0.2, "rate_jitter_pct": 80, "seed": 7, "prefill_s_per_ktoken": 0}
+    _, engine = engine_with(monkeypatch, knobs)
+    plans = [engine.plan(SHORT) for _ in range(400)]
+    ttfts = [p["ttft"] for p in plans]
+    factors = [p["interval"] / 0.01 for p in plans]
+    assert all(0.11 <= t <= 0.31 + 1e-9 for t in ttfts)
+    assert max(ttfts) - min(ttfts) > 0.15  # it does vary
+    assert all(0.5 <= f <= 1.8 + 1e-9 for f in factors)
+    assert min(factors) == 0.5 and max(factors) > 1.5  # clamped at 0.5, spread up to 1.8
+    _, again = engine_with(monkeypatch, knobs)
+    assert [again.plan(SHORT)["ttft"] for _ in range(400)] == ttfts
+    _, other = engine_with(monkeypatch, {**knobs, "seed": 8})
+    assert [other.plan(SHORT)["ttft"] for _ in range(400)] != ttfts
+    _, exact = engine_with(monkeypatch, {"prefill_s_per_ktoken": 0})
+    assert {(p["ttft"], p["interval"]) for p in (exact.plan(SHORT) for _ in range(20))} == {
+        (0.1 + 0.01, 0.01)}
+
+
+def test_jitter_applies_to_served_requests(double, tmp_path):
+    env = double_env(tmp_path, VLLM_DOUBLE_LATENCY_S="0.1")
+    write_rig_knobs(env, ttft_jitter_s=0.4, seed=3)
+    server = double(env=env)
+    times = []
+    for _ in range(6):
+        started = time.monotonic()
+        assert server.chat(max_tokens=1)[0] == 200
+        times.append(time.monotonic() - started)
+    assert all(0.1 <= t < 0.8 for t in times)
+    assert max(times) - min(times) > 0.05
+
+
+def words_prompt(n, first="w"):
+    return " ".join([first] + [f"w{i}" for i in range(n - 1)])
+
+
+def test_prefix_cache_makes_a_repeat_faster(double, tmp_path):
+    env = double_env(tmp_path, VLLM_DOUBLE_LATENCY_S="0.05")
+    write_rig_knobs(env, prefill_s_per_ktoken=0.3)
+    server = double(env=env)
+    prompt = words_prompt(3000)  # 3004 tokens: 0.9 s to prefill
+
+    def timed(content):
+        started = time.monotonic()
+        assert ask(server, content, max_tokens=1)[0] == 200
+        return time.monotonic() - started
+
+    first = timed(prompt)
+    repeat = timed(prompt)
+    longer = timed(prompt + " and ten more words to read after the shared part")
+    assert first >= 0.9
+    assert repeat < 0.3 and longer < 0.3
+    assert timed(words_prompt(3000, first="x")) >= 0.9  # a different start: no hit
+
+
+def test_prefix_cache_hits_and_switch(monkeypatch):
+    server_module, engine = engine_with(monkeypatch, {})
+    long = [{"role": "user", "content": words_prompt(100)}]
+    assert engine.plan(long)["cached_tokens"] == 0
+    assert engine.prefill(engine.plan(long))
+    assert engine.plan(long)["cached_tokens"] == 96  # 100 words, whole 16-token blocks
+    assert server_module.common_words("a b cd e", "a b c") == 2
+    assert server_module.common_words("a b c d", "a b c") == 3
+    _, off = engine_with(monkeypatch, {}, prefix_caching=False)
+    assert off.prefill(off.plan(long)) and off.plan(long)["cached_tokens"] == 0
+    for _ in range(200):
+        engine.seen.append("x")
+    assert len(engine.seen) == server_module.PREFIX_CACHE_PROMPTS  # bounded
+
+
+def test_prefix_caching_flag_reaches_the_engine(double, tmp_path):
+    env = double_env(tmp_path, VLLM_DOUBLE_LATENCY_S="0.05")
+    write_rig_knobs(env, prefill_s_per_ktoken=0.3)
+    server = double(["--no-enable-prefix-caching"], env=env)
+    prompt = words_prompt(2000)
+    assert ask(server, prompt, max_tokens=1)[0] == 200
+    started = time.monotonic()
+    assert ask(server, prompt, max_tokens=1)[0] == 200
+    assert time.monotonic() - started >= 0.6
+
+
+class Args:
+    def __init__(self, batched=8192, utilization=0.9):
+        self.max_num_batched_tokens = batched
+        self.gpu_memory_utilization = utilization
+
+
+def test_memory_model_is_calibrated_on_the_measured_rig(monkeypatch):
+    import_double(monkeypatch)
+    from vllm._double.server import format_size, memory_model, prefill_mib
+
+    w4a8 = {"VLLM_MARLIN_INPUT_DTYPE": "int8"}
+
+    def peak(seqs, batched, environ=w4a8, memory=None, tokens=16388):
+        model = memory_model(Args(batched), memory, environ)
+        return model["budget_mib"] + seqs * prefill_mib(model, tokens)
+
+    assert peak(2, 8192) == pytest.approx(23872.0)  # the measured figure
+    assert peak(1, 8192) < 24576 and peak(2, 8192) < 24576
+    assert peak(4, 8192) == pytest.approx(25625.6)
+    assert peak(4, 4096) == pytest.approx(23872.0)
+    assert peak(2, 8192, environ={}) == pytest.approx(22118.4 + 2 * 0.75 * 876.8)
+    assert peak(2, 8192, memory={"card_mib": 20000, "mib_per_ktoken": 100}) == pytest.approx(
+        18000 + 1600)
+    assert peak(4, 8192, tokens=1000) == pytest.approx(22118.4)  # short prompts do not count
+    assert memory_model(Args(None), None, w4a8)["max_num_batched_tokens"] == 2048
+    assert format_size(24125) == "23.56 GiB" and format_size(876.8) == "876.80 MiB"
+
+
+def long_burst(server, n, tokens=16384):
+    """n chat requests of distinct ~16K-word prompts released together; their statuses."""
+    barrier = threading.Barrier(n)
+
+    def one(i):
+        barrier.wait(timeout=10)
+        return ask(server, words_prompt(tokens, first=f"p{i}"), max_tokens=2)[0]
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def w4a8_env(tmp_path):
+    return double_env(tmp_path, VLLM_MARLIN_INPUT_DTYPE="int8", VLLM_DOUBLE_LATENCY_S="0.6")
+
+
+@pytest.mark.parametrize(("seqs", "batched", "peak"), [
+    (1, "8192", 22995), (2, "8192", 23872), (4, "4096", 23872)])
+def test_long_prefills_that_fit_pass_and_log_their_peak(double, tmp_path, seqs, batched, peak):
+    server = double(["--max-num-batched-tokens", batched], env=w4a8_env(tmp_path))
+    assert long_burst(server, seqs) == [200] * seqs
+    assert server.proc.poll() is None
+    peaks = [line for line in server.stdout().splitlines() if "prefill peak" in line]
+    assert len(peaks) == seqs
+    assert all(f"vllm-double: prefill peak {peak} MiB per card" in line for line in peaks)
+    record = json.loads((tmp_path / "state" / "last-start.json").read_text())
+    assert record["memory"]["w4a8"] is True and record["memory"]["card_mib"] == 24576
+
+
+def test_four_long_prefills_at_8192_run_out_of_memory_and_exit_1(double, tmp_path):
+    server = double(["--max-num-batched-tokens", "8192"], env=w4a8_env(tmp_path))
+    assert long_burst(server, 4) == [500] * 4
+    assert server.proc.wait(timeout=10) == 1
+    err = server.stderr()
+    assert "EngineCore encountered a fatal error." in err
+    assert ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 876.80 MiB. GPU 0 "
+            "has a total capacity of 23.56 GiB of which ") in err
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in err
+    assert "EngineDeadError" in err
+    # the third 16K sequence already brings 22,118.4 + 3 x 876.8 = 24,748.8 MiB over the card
+    assert "prefill peak 24749 MiB per card (16388 prompt tokens to prefill, 3 sequences" in (
+        server.stdout())
+    assert "over the card's 24576 MiB" in err
+
+
+def test_memory_knobs_validation(monkeypatch):
+    import_double(monkeypatch)
+    from vllm._double.server import rig_knobs
+
+    good = {"garbage": True, "mtp_acceptance": 1, "ttft_jitter_s": 0.5, "rate_jitter_pct": 10,
+            "seed": 4, "prefill_s_per_ktoken": 0, "memory": {"card_mib": 49152,
+                                                             "w4a16_factor": 1}}
+    assert rig_knobs(good) == ({**good, "mtp_acceptance": 1.0, "ttft_jitter_s": 0.5,
+                                "rate_jitter_pct": 10.0, "prefill_s_per_ktoken": 0.0,
+                                "memory": {"card_mib": 49152.0, "w4a16_factor": 1.0}}, [])
+    knobs, warnings = rig_knobs({"garbage": "yes", "mtp_acceptance": 1.5, "ttft_jitter_s": -1,
+                                 "rate_jitter_pct": "5", "seed": 1.5,
+                                 "memory": {"card_mib": 0, "gpus": 2}})
+    assert knobs == {"memory": {}} and len(warnings) == 7
+    assert rig_knobs({"memory": [1]})[0] == {}

@@ -1,37 +1,108 @@
 """`vllm serve` of the vLLM test double: real HTTP, fake engine, and the issue #40756 crash.
 
-Endpoints (http.server, one thread per request): GET /health (200 once listening, as vLLM),
-GET /version, GET /v1/models, POST /v1/chat/completions (OpenAI-shaped, usage counted as
-whitespace words; one word is one token). `/v1/...` needs `Authorization: Bearer KEY` when
---api-key or env VLLM_API_KEY is set (401 otherwise; --api-key wins over the environment), as vLLM.
+Endpoints (http.server, one thread per request): GET /health and GET|POST /ping (200 once
+listening, as vLLM), GET /version, GET /v1/models, POST /v1/chat/completions (OpenAI-shaped, usage
+counted as whitespace words; one word is one token, plus 4 template tokens per message in the
+prompt), POST /invocations, POST /tokenize, GET /metrics; any other path 404 {"detail": "Not
+Found"}. The API key (--api-key, else env VLLM_API_KEY; --api-key wins) is checked as vLLM
+0.27.1's AuthenticationMiddleware does: only for paths starting with one of GUARDED_PREFIX
+("/v1", "/v2", "/inference", "/cohere"; the query string not counted), which need
+`Authorization: Bearer KEY` (the scheme in any case) or get 401 {"error": "Unauthorized"} --
+before routing, so an unknown guarded path is 401 too. /invocations, /tokenize, /metrics,
+/health, /ping and /version are served without any key, as in vLLM (the hole a proxy must close).
+
+POST /invocations (vLLM's SageMaker route): a body with "messages" is a chat completion,
+answered exactly as /v1/chat/completions (stream included); any other body 400 ("Cannot find
+suitable handler for request. Expected one of: ['ChatCompletionRequest', 'CompletionRequest']":
+the double has no completions endpoint). POST /tokenize: {"model"?, "prompt": str} or {"model"?,
+"messages": [...]} -> {"count", "max_model_len", "tokens": [ids], "token_strs": null} (vLLM's
+TokenizeResponse); count is the prompt's whitespace words, or for messages exactly the
+prompt_tokens a chat completion reports (words + 4 per message: <|im_start|> role \n ...
+<|im_end|>); ids are crc32(word) mod 151643 and Qwen3's special ids; max_model_len is
+--max-model-len, or 40960 when unset/auto; an unknown "model" 404, neither field 400.
+
+GET /metrics (Prometheus text 0.0.4, as prometheus_client writes it, no _created series):
+counters vllm:prompt_tokens_total (prompt tokens of every request whose prefill finished,
+cached ones included) and vllm:generation_tokens_total (tokens generated: a non-streamed answer
+when it is answered, a stream per delta), labels {engine="0",model_name="<first served name>"},
+each with its # HELP and # TYPE lines and vLLM's help text. With speculative decoding on
+(--speculative-config with num_speculative_tokens k >= 1) also vllm:spec_decode_num_drafts_total,
+vllm:spec_decode_num_draft_tokens_total, vllm:spec_decode_num_accepted_tokens_total and
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="...",position="0".."k-1"},
+from a deterministic expectation over the G generated tokens (floats, not rounded): draft
+position i (1..k) is accepted with probability a**i (a = rig knob "mtp_acceptance", default 0.7),
+so one draft step yields 1 + A tokens with A = sum(a**i, i=1..k); drafts = G / (1 + A),
+draft_tokens = k x drafts, accepted = A x drafts, per position (label i-1) a**i x drafts, and
+vLLM's mean acceptance length 1 + accepted/drafts = 1 + A (2.7731 at k=4, a=0.7).
 
 Chat completions: the answer is at most 12 words (after up to 8 reasoning words with
 --reasoning-parser), or exactly max_tokens words with vLLM's `"ignore_eos": true` (what a speed
-measurement asks for). With `"stream": true` the answer comes as server-sent events, as vLLM
-sends them: `data: {chunk}` lines of object chat.completion.chunk, the first delta holding the
-role, then one delta per token (choices[0].delta.content, or delta.reasoning_content and
+measurement asks for). A checkable answer: when the last user message is exactly `What is A + B?
+Reply with the number only.` (A, B integers, surrounding whitespace ignored) and ignore_eos is not
+true, the content is str(A+B), one token. `"chat_template_kwargs": {"enable_thinking": false}`
+turns the reasoning words off (content only, reasoning_content null, as Qwen3's template), else
+they come first with --reasoning-parser. Rig knob "garbage": true (what fp8 KV-cache faults look
+like, and it wins over the arithmetic answer) makes every answer one "!" per generated token in
+content ("!!!!", reasoning_content null: there is no </think> for the reasoning parser), streamed
+one "!" per delta. With `"stream": true` the answer comes as server-sent events, as vLLM sends
+them: `data: {chunk}` lines of object chat.completion.chunk, the first delta holding the role,
+then one delta per token (choices[0].delta.content, or delta.reasoning_content and
 delta.reasoning while reasoning), finish_reason on the last token's chunk, a chunk with
 `"choices": []` and usage when `"stream_options": {"include_usage": true}`, then `data: [DONE]`.
-The first token comes after the time to first token (TTFT), each further one after 1/rate: by
-default TTFT = VLLM_DOUBLE_LATENCY_S + VLLM_DOUBLE_TOKEN_S and one token per VLLM_DOUBLE_TOKEN_S
-(so a non-streamed answer of n tokens takes LATENCY + n x TOKEN_S, as it always did).
+
+Timing: the first token comes after the time to first token (TTFT), each further one after the
+decode interval. TTFT = base + jitter + prefill: base is VLLM_DOUBLE_LATENCY_S +
+VLLM_DOUBLE_TOKEN_S (or the "ttft_s" knob); jitter is uniform in [0, "ttft_jitter_s"]; prefill is
+(prompt tokens not cached) / 1000 x "prefill_s_per_ktoken" (default 0.002). The interval is
+VLLM_DOUBLE_TOKEN_S (or 1/"tokens_per_s") times a factor drawn uniform in [1 - p, 1 + p],
+p = "rate_jitter_pct"/100, never below 0.5 (one draw per request). Both jitters default to 0
+(exact); they come from one random.Random seeded with knob "seed" when given, drawn in request
+order. So without jitter a non-streamed answer of n tokens takes about LATENCY + n x TOKEN_S.
+Prefix caching (on unless --no-enable-prefix-caching, as vLLM V1): a prompt (its messages' text
+joined by newlines) shares its leading whole words with the most similar of the last 64 prompts
+whose prefill finished; those words, at most prompt_tokens - 1 and rounded down to whole
+16-token blocks, count as cached tokens and skip the prefill time.
+
+Prefill memory (per card, MiB), for chat requests whose prompt tokens to prefill (not cached)
+are >= 1024, counted while in their TTFT: peak = gpu_memory_utilization x card_mib + sum over
+the sequences in prefill together of per_ktoken x min(their tokens, max_num_batched_tokens) /
+1024, per_ktoken = mib_per_ktoken with VLLM_MARLIN_INPUT_DTYPE=int8 in the environment (W4A8),
+else mib_per_ktoken x w4a16_factor (int8 activation buffers gone); --gpu-memory-utilization
+(0.9), --max-num-batched-tokens (vLLM V1's API-server default on a < 70 GiB GPU: 2048). Knob
+"memory": {"card_mib": 24576, "mib_per_ktoken": 109.6, "w4a16_factor": 0.75, "capacity_mib":
+card_mib - 451}, each overridable. mib_per_ktoken is calibrated on a measured W4A8 rig: 0.90,
+8192 batched tokens, 2 sequences of 16K prompt peak at 22,118.4 + 2 x 876.8 = 23,872 MiB and
+pass; 1 x 16K passes, 4 x 16K at 8192 fails (the third already brings 24,748.8), 4 x 16K at
+4096 (23,872) passes. Each
+long prefill logs `vllm-double: prefill peak N MiB per card (T prompt tokens to prefill, S
+sequences in prefill)` on stdout when it ends, N its highest peak. A peak above card_mib is a
+CUDA OOM in the engine core, as vLLM meets it: stderr gets the EngineCore fatal error with
+torch's message (`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate <this
+sequence's MiB>. GPU 0 has a total capacity of <capacity_mib: 23.56 GiB> of which ... is free.
+...`) and `EngineDeadError`; every in-flight chat request answers 500 (InternalServerError
+"EngineCore encountered an issue. See stack trace (above) for the root cause.", a stream
+already started gets that error as an event, then [DONE]), so does any new one, and the process
+exits with status 1 once they are answered (5 s at most), which Docker's restart policy
+restarts.
 
 Per-rig knobs (read once at start, like hf_cli's download knobs, from `$HF_HOME/vllm-double.json`,
 the host's model cache the role mounts there; see rig_knobs): "tokens_per_s" (decode rate, > 0),
-"ttft_s" (delay before the first token, >= 0), "fail_health": true (GET /health answers 503
-always, so a release on that rig fails its health check), and "by_version": {"<vLLM version>":
-{...}} (those keys for a double of that version only, winning over the top-level ones). A value
-of the wrong kind is ignored with a warning on stdout; the knobs in effect are recorded with the
-start.
+"ttft_s" (delay before the first token, >= 0), "fail_health": true (GET /health and /ping answer
+503 always, so a release on that rig fails its health check), "garbage" (bool), "mtp_acceptance"
+(number in [0, 1]), "ttft_jitter_s", "rate_jitter_pct", "prefill_s_per_ktoken" (numbers >= 0),
+"seed" (integer), "memory" (object, above; an unknown key is dropped), and "by_version":
+{"<vLLM version>": {...}} (those keys for a double of that version only, winning over the
+top-level ones). A value of the wrong kind is ignored with a warning on stdout; the knobs in
+effect are recorded with the start, and the memory model in effect under "memory".
 
 The crash (vllm issue #40756, what the project patches): when speculative decoding is on
 (--speculative-config with num_speculative_tokens >= 1), --max-num-seqs >= 4 (unset counts as
 vLLM's default, 256) and FlashInfer's decode.py still allocates its plan buffer with
 pin_memory=True (see flashinfer_check; judged once at start, when real vLLM imports FlashInfer),
-the moment 4 chat requests are in flight together the process prints the CUDA error to stderr
-(last line: "what():  CUDA error: an illegal memory access was encountered") and exits with status
-134 (os._exit; 128 + SIGABRT, what Docker reports when the engine aborts on that error). Anything
-else keeps serving.
+the moment 4 chat requests are in flight together (/invocations chats count) the process prints
+the CUDA error to stderr (last line: "what():  CUDA error: an illegal memory access was
+encountered") and exits with status 134 (os._exit; 128 + SIGABRT, what Docker reports when the
+engine aborts on that error). Anything else keeps serving.
 
 At start, as vLLM: a --quantization name not in vllm.model_executor.layers.quantization's
 QUANTIZATION_METHODS (vLLM 0.27.1's list, or 0.33.0's as laid out) exits 1 ("Unknown
@@ -40,9 +111,9 @@ quantization method"); none given is fine (the checkpoint's config decides). So 
 "Invalid kv_cache_dtype"; 0.27.1's parser has already refused it).
 
 Every start is recorded (argv, parsed flags, environment, FlashInfer state, crash decision, rig
-knobs) in $VLLM_DOUBLE_STATE_DIR (default /var/lib/vllm-double): last-start.json (0600) and one
-JSON line per start in starts.log. It holds the environment as given, secrets included: test
-data only.
+knobs, memory model) in $VLLM_DOUBLE_STATE_DIR (default /var/lib/vllm-double): last-start.json
+(0600) and one JSON line per start in starts.log. It holds the environment as given, secrets
+included: test data only.
 
 Knobs for tests (env): VLLM_DOUBLE_STARTUP_S (delay before listening, default 1),
 VLLM_DOUBLE_LATENCY_S (per request, default 0.3), VLLM_DOUBLE_TOKEN_S (per token, default 0.005),
@@ -53,10 +124,14 @@ they apply to streams too (http-500 answers 500 before the stream starts).
 
 import json
 import os
+import random
+import re
 import signal
 import sys
 import threading
 import time
+import zlib
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from vllm import __version__
@@ -162,11 +237,149 @@ def crash_decision(args, decode: dict) -> dict:
 
 
 RIG_KNOBS = "vllm-double.json"
+MEMORY_DEFAULTS = {
+    "card_mib": 24576.0,       # an RTX 3090
+    "capacity_mib": None,      # what torch reports as total capacity: card_mib - 451 by default
+    "mib_per_ktoken": 109.6,   # W4A8 prefill activations per 1024 tokens of one sequence
+    "w4a16_factor": 0.75,      # without int8 activations (no VLLM_MARLIN_INPUT_DTYPE=int8)
+}
+CAPACITY_GAP_MIB = 451  # 24,576 MiB card -> torch's "total capacity of 23.56 GiB"
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM V1, API server, GPU under 70 GiB
+LONG_PREFILL_TOKENS = 1024
+PREFIX_BLOCK_TOKENS = 16  # vLLM's default KV block: cache hits are whole blocks
+PREFIX_CACHE_PROMPTS = 64  # prompts remembered for prefix caching (bounded memory)
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")  # vLLM's AuthenticationMiddleware
+ARITHMETIC = re.compile(r"What is (-?\d+) \+ (-?\d+)\? Reply with the number only\.")
+VOCAB = 151643  # Qwen3's plain-token vocabulary; special ids follow
+IM_START, IM_END, NEWLINE = 151644, 151645, 198
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def memory_knobs(raw) -> tuple:
+    """(memory dict or None, warnings) for the rig knob "memory": card_mib, capacity_mib (> 0),
+    mib_per_ktoken, w4a16_factor (>= 0); a bad or unknown key is dropped and named."""
+    if not isinstance(raw, dict):
+        return None, [f"{RIG_KNOBS}: memory must be an object, not {raw!r}; ignored"]
+    memory, warnings = {}, []
+    for key, value in raw.items():
+        strict = key in ("card_mib", "capacity_mib")
+        if key not in MEMORY_DEFAULTS:
+            warnings.append(f"{RIG_KNOBS}: memory.{key} is not a memory knob; ignored")
+        elif is_number(value) and (value > 0 if strict else value >= 0):
+            memory[key] = float(value)
+        else:
+            warnings.append(f"{RIG_KNOBS}: memory.{key} must be a number "
+                            f"{'>' if strict else '>='} 0, not {value!r}; ignored")
+    return memory, warnings
+
+
+def memory_model(args, memory=None, environ=None) -> dict:
+    """The prefill peak model of one start: utilization x card_mib plus, per long sequence in
+    prefill, mib_per_ktoken (x w4a16_factor without W4A8) x min(tokens, batched)/1024."""
+    environ = os.environ if environ is None else environ
+    model = {**MEMORY_DEFAULTS, **(memory or {})}
+    if model["capacity_mib"] is None:
+        model["capacity_mib"] = model["card_mib"] - CAPACITY_GAP_MIB
+    w4a8 = environ.get("VLLM_MARLIN_INPUT_DTYPE") == "int8"
+    batched = getattr(args, "max_num_batched_tokens", None) or DEFAULT_MAX_NUM_BATCHED_TOKENS
+    utilization = getattr(args, "gpu_memory_utilization", None) or 0.9
+    model.update({
+        "w4a8": w4a8, "max_num_batched_tokens": batched, "gpu_memory_utilization": utilization,
+        "budget_mib": utilization * model["card_mib"],
+        "per_ktoken_mib": model["mib_per_ktoken"] * (1.0 if w4a8 else model["w4a16_factor"]),
+    })
+    return model
+
+
+def prefill_mib(model: dict, tokens: int) -> float:
+    """Activation MiB one sequence adds while it prefills `tokens` (0 below 1024 tokens)."""
+    if tokens < LONG_PREFILL_TOKENS:
+        return 0.0
+    return model["per_ktoken_mib"] * min(tokens, model["max_num_batched_tokens"]) / 1024
+
+
+def format_size(mib: float) -> str:
+    """torch's format_size (c10/util): bytes, KiB, MiB or GiB with two decimals."""
+    size = max(int(mib * 1048576), 0)
+    if size <= 1024:
+        return f"{size} bytes"
+    for limit, divisor, unit in ((1048576, 1024, "KiB"), (1073741824, 1048576, "MiB")):
+        if size <= limit:
+            return f"{size / divisor:.2f} {unit}"
+    return f"{size / 1073741824:.2f} GiB"
+
+
+def oom_message(model: dict, alloc_mib: float, before_mib: float) -> str:
+    """torch's CUDA out-of-memory text for an allocation of alloc_mib with before_mib in use."""
+    capacity = model["capacity_mib"]
+    in_use = min(before_mib, capacity - 20.0)
+    by_torch = max(in_use - 600.0, 0.0)  # CUDA context, cuBLAS and NCCL are not PyTorch's
+    return (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            f"{format_size(alloc_mib)}. GPU 0 has a total capacity of {format_size(capacity)} "
+            f"of which {format_size(capacity - in_use)} is free. Including non-PyTorch memory, "
+            f"this process has {format_size(in_use)} memory in use. Of the allocated memory "
+            f"{format_size(by_torch - 64.0)} is allocated by PyTorch, and {format_size(64.0)} "
+            "is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+            "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+            "fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/"
+            "docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+
+
+def spec_counts(generated: float, k: int, acceptance: float) -> dict:
+    """Expected spec-decode counters for `generated` tokens: position i (1..k) is accepted with
+    probability acceptance**i; one draft step yields 1 + sum of those tokens."""
+    per_pos = [acceptance ** i for i in range(1, k + 1)]
+    accepted_per_step = sum(per_pos)
+    drafts = generated / (1 + accepted_per_step)
+    return {"drafts": drafts, "draft_tokens": drafts * k,
+            "accepted_tokens": drafts * accepted_per_step,
+            "accepted_per_pos": [drafts * p for p in per_pos],
+            "mean_acceptance_length": 1 + accepted_per_step}
+
+
+def prom_value(value: float) -> str:
+    """A sample value as prometheus_client writes it (floats: 12.0, 3.5)."""
+    return repr(float(value))
+
+
+def common_chars(text: str, seen: str) -> int:
+    """Length of the common start of two strings: galloping, then a binary search, so the cost
+    follows the shared length (a prompt that differs at once costs nothing)."""
+    n = min(len(text), len(seen))
+    low, step = 0, 64
+    while low < n:
+        high = min(n, low + step)
+        if text[low:high] != seen[low:high]:
+            break
+        low, step = high, step * 2
+    else:
+        return n
+    while low < high:  # text[:low] is shared, text[:high] is not
+        mid = (low + high + 1) // 2
+        if text[low:mid] == seen[low:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def common_words(text: str, seen: str) -> int:
+    """Whole words `text` shares at its start with `seen`."""
+    low = common_chars(text, seen)
+    ends_word = all(low == len(t) or t[low].isspace() for t in (text, seen))
+    at_boundary = low == 0 or text[low - 1].isspace() or ends_word
+    shared = len(text[:low].split())
+    return shared if at_boundary else shared - 1
 
 
 def rig_knobs(raw, version=__version__) -> tuple:
     """(knobs, warnings): the serving knobs of a rig's vllm-double.json (dict as loaded), checked.
-    tokens_per_s: number > 0; ttft_s: number >= 0; fail_health: bool. Other keys (the download
+    tokens_per_s: number > 0; ttft_s, ttft_jitter_s, rate_jitter_pct, prefill_s_per_ktoken:
+    numbers >= 0; mtp_acceptance: number in [0, 1]; seed: integer; fail_health, garbage: bool;
+    memory: object (memory_knobs). Other keys (the download
     knobs hf_cli reads) are left alone; a bad value is dropped and named. Keys under
     "by_version": {"<vLLM version>": {...}} apply only to a double of that version and win over
     the top-level ones, so a rig can make one release slow or unhealthy and not the other (a
@@ -182,22 +395,42 @@ def rig_knobs(raw, version=__version__) -> tuple:
     per_version = by_version.get(version)
     if isinstance(per_version, dict):
         raw = {**raw, **per_version}
-    for key, low, strict in (("tokens_per_s", 0.0, True), ("ttft_s", 0.0, False)):
+    for key, low, strict in (("tokens_per_s", 0.0, True), ("ttft_s", 0.0, False),
+                             ("ttft_jitter_s", 0.0, False), ("rate_jitter_pct", 0.0, False),
+                             ("prefill_s_per_ktoken", 0.0, False)):
         if key not in raw:
             continue
         value = raw[key]
-        if (isinstance(value, (int, float)) and not isinstance(value, bool)
-                and (value > low if strict else value >= low)):
+        if is_number(value) and (value > low if strict else value >= low):
             knobs[key] = float(value)
         else:
             warnings.append(f"{RIG_KNOBS}: {key} must be a number {'>' if strict else '>='} "
                             f"{low:g}, not {value!r}; ignored")
-    if "fail_health" in raw:
-        if isinstance(raw["fail_health"], bool):
-            knobs["fail_health"] = raw["fail_health"]
+    if "mtp_acceptance" in raw:
+        value = raw["mtp_acceptance"]
+        if is_number(value) and 0 <= value <= 1:
+            knobs["mtp_acceptance"] = float(value)
         else:
-            warnings.append(f"{RIG_KNOBS}: fail_health must be true or false, not "
-                            f"{raw['fail_health']!r}; ignored")
+            warnings.append(f"{RIG_KNOBS}: mtp_acceptance must be a number in [0, 1], not "
+                            f"{value!r}; ignored")
+    if "seed" in raw:
+        if isinstance(raw["seed"], int) and not isinstance(raw["seed"], bool):
+            knobs["seed"] = raw["seed"]
+        else:
+            warnings.append(f"{RIG_KNOBS}: seed must be an integer, not {raw['seed']!r}; ignored")
+    for key in ("fail_health", "garbage"):
+        if key not in raw:
+            continue
+        if isinstance(raw[key], bool):
+            knobs[key] = raw[key]
+        else:
+            warnings.append(f"{RIG_KNOBS}: {key} must be true or false, not "
+                            f"{raw[key]!r}; ignored")
+    if "memory" in raw:
+        memory, memory_warnings = memory_knobs(raw["memory"])
+        warnings += memory_warnings
+        if memory is not None:
+            knobs["memory"] = memory
     return knobs, warnings
 
 
@@ -206,21 +439,77 @@ def words(n: int) -> list:
     return [WORDS[i % len(WORDS)] for i in range(n)]
 
 
+def message_text(message) -> str:
+    """A chat message's text (a list of parts: their "text" joined by spaces)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list):
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
 def count_tokens(messages) -> int:
-    total = 0
+    """Prompt tokens: one per whitespace word, plus 4 per message (its template tokens)."""
+    return sum(len(message_text(m).split()) + 4 for m in messages)
+
+
+def word_id(word: str) -> int:
+    return zlib.crc32(word.encode()) % VOCAB
+
+
+def chat_token_ids(messages) -> list:
+    """Token ids of a chat prompt, count_tokens long: <|im_start|> role \\n words <|im_end|>."""
+    ids = []
     for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list):
-            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-        total += len(str(content or "").split()) + 4
-    return total
+        role = message.get("role", "user") if isinstance(message, dict) else "user"
+        ids += [IM_START, word_id(str(role)), NEWLINE]
+        ids += [word_id(w) for w in message_text(message).split()] + [IM_END]
+    return ids
+
+
+def arithmetic_answer(messages):
+    """str(A+B) when the last user message is `What is A + B? Reply with the number only.`"""
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    match = ARITHMETIC.fullmatch(message_text(users[-1]).strip()) if users else None
+    return str(int(match.group(1)) + int(match.group(2))) if match else None
+
+
+def thinking_off(body: dict) -> bool:
+    kwargs = body.get("chat_template_kwargs")
+    return isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False
+
+
+def prom_label(value) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+INVOCATION_MISS = ("Cannot find suitable handler for request. Expected one of: "
+                   "['ChatCompletionRequest', 'CompletionRequest']")
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+OOM_LINES = (
+    "ERROR [core.py] EngineCore encountered a fatal error.",
+    "Traceback (most recent call last):",
+    '  File "/usr/local/lib/python3/dist-packages/vllm/v1/engine/core.py", line 701, '
+    "in run_engine_core",
+    "    engine_core.run_busy_loop()",
+    '  File "/usr/local/lib/python3/dist-packages/vllm/v1/worker/gpu_model_runner.py", '
+    "line 2473, in execute_model",
+    "    model_output = self._model_forward(...)",
+    "{oom}",
+    "ERROR [async_llm.py] AsyncLLM output_handler failed. EngineCore died unexpectedly.",
+    "vllm.v1.engine.exceptions.EngineDeadError: " + ENGINE_DEAD,
+    "vllm-double: simulated CUDA out of memory in prefill (peak {peak:.0f} MiB per card over "
+    "the card's {card:.0f} MiB, {seqs} sequences in prefill); exiting with status 1",
+)
+OOM_EXIT = 1  # the API server shuts down after EngineDeadError; Docker's restart policy acts
 
 
 class Engine:
-    """Shared state of one double server: names, keys, in-flight count, crash rule, faults."""
+    """Shared state of one double server: names, keys, in-flight count, crash rule, faults,
+    timing, prefix cache, prefill memory and the metrics counters."""
 
     def __init__(self, served_names, api_keys, crash_armed=False, crash_inflight=4,
-                 reasoning=False, max_model_len=None, root=None, knobs=None):
+                 reasoning=False, max_model_len=None, root=None, knobs=None,
+                 num_speculative_tokens=0, prefix_caching=True, memory=None):
         self.served_names = list(served_names)
         self.root = root or self.served_names[0]
         self.api_keys = [k for k in api_keys if k]
@@ -235,11 +524,27 @@ class Engine:
         self.token_interval_s = (1.0 / knobs["tokens_per_s"] if "tokens_per_s" in knobs
                                  else self.token_s)
         self.fail_health = bool(knobs.get("fail_health"))
+        self.garbage = bool(knobs.get("garbage"))
+        self.ttft_jitter_s = knobs.get("ttft_jitter_s", 0.0)
+        self.rate_jitter = knobs.get("rate_jitter_pct", 0.0) / 100
+        # timing jitter, not secrets: a seeded generator makes a run repeatable
+        self.rng = random.Random(knobs.get("seed"))  # noqa: S311
+        self.prefill_s_per_ktoken = knobs.get("prefill_s_per_ktoken", 0.002)
+        self.spec_tokens = num_speculative_tokens
+        self.acceptance = knobs.get("mtp_acceptance", 0.7)
+        self.prefix_caching = prefix_caching
+        self.seen = deque(maxlen=PREFIX_CACHE_PROMPTS)
+        self.memory = memory or memory_model(None, knobs.get("memory"))
+        self.prefilling = {}
         self.faults = parse_faults(os.environ.get("VLLM_DOUBLE_FAULTS", ""))
         self.lock = threading.Lock()
+        self.dead = threading.Event()
         self.in_flight = 0
         self.requests = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
         self.crash = self._crash
+        self.die = self._die
 
     def fault(self, kind: str, ordinal: int = 0) -> bool:
         if kind not in self.faults:
@@ -254,9 +559,93 @@ class Engine:
         sys.stderr.flush()
         os._exit(CRASH_EXIT)
 
-    def generation_s(self, tokens: int) -> float:
-        """Seconds to generate `tokens` tokens: the first after ttft_s, then one per interval."""
-        return self.ttft_s + self.token_interval_s * max(tokens - 1, 0)
+    def _die(self) -> None:
+        """After an OOM: lets the in-flight requests get their 500 (5 s at most), then exits."""
+        deadline = time.monotonic() + 5
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # their handlers write the answers after leaving the engine
+        log("Shutting down API server (EngineCore died)")
+        sys.stdout.flush()
+        os._exit(OOM_EXIT)
+
+    def oom(self, alloc_mib: float, peak_mib: float, seqs: int) -> None:
+        """What vLLM does on a CUDA OOM in the engine core: torch's message and the fatal
+        error on stderr, 500 to every in-flight request, then exit status 1."""
+        with self.lock:
+            if self.dead.is_set():
+                return
+            self.dead.set()
+        sys.stdout.flush()
+        oom = oom_message(self.memory, alloc_mib, peak_mib - alloc_mib)
+        for line in OOM_LINES:
+            sys.stderr.write(line.format(oom=oom, peak=peak_mib, card=self.memory["card_mib"],
+                                         seqs=seqs) + "\n")
+        sys.stderr.flush()
+        threading.Thread(target=self.die, daemon=True).start()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleeps `seconds`; False (at once) when the engine died meanwhile."""
+        if seconds > 0:
+            return not self.dead.wait(seconds)
+        return not self.dead.is_set()
+
+    def plan(self, messages) -> dict:
+        """One request's prompt, cache hit and timing: TTFT = ttft_s + jitter + prefill of the
+        uncached tokens; the decode interval times the rate jitter factor."""
+        prompt_tokens = count_tokens(messages)
+        text = "\n".join(message_text(m) for m in messages)
+        with self.lock:
+            seen = list(self.seen) if self.prefix_caching else []
+            jitter, factor = self.jitter()
+        shared = max((common_words(text, prompt) for prompt in seen), default=0)
+        cached = min(shared, prompt_tokens - 1) // PREFIX_BLOCK_TOKENS * PREFIX_BLOCK_TOKENS
+        prefill_tokens = prompt_tokens - cached
+        return {"text": text, "prompt_tokens": prompt_tokens, "cached_tokens": cached,
+                "prefill_tokens": prefill_tokens,
+                "ttft": self.ttft_s + jitter + prefill_tokens / 1000 * self.prefill_s_per_ktoken,
+                "interval": self.token_interval_s * factor}
+
+    def jitter(self) -> tuple:
+        """(extra TTFT seconds, decode-interval factor) of one request: uniform in
+        [0, ttft_jitter_s] and in [1 - p, 1 + p] (p = rate_jitter_pct / 100), never below 0.5."""
+        extra = self.rng.uniform(0, self.ttft_jitter_s) if self.ttft_jitter_s else 0.0
+        factor = 1.0
+        if self.rate_jitter:
+            factor = max(0.5, self.rng.uniform(1 - self.rate_jitter, 1 + self.rate_jitter))
+        return extra, factor
+
+    def prefill(self, plan: dict) -> bool:
+        """The TTFT wait, counted in prefill memory when the prompt is long (may OOM); False
+        when the engine died. A finished prefill joins the prefix cache."""
+        mib = prefill_mib(self.memory, plan["prefill_tokens"])
+        key = object()
+        if mib:
+            with self.lock:
+                self.prefilling[key] = {"mib": mib, "peak": 0.0, "seqs": 0}
+                total = self.memory["budget_mib"] + sum(e["mib"] for e in self.prefilling.values())
+                seqs = len(self.prefilling)
+                for entry in self.prefilling.values():
+                    if total > entry["peak"]:
+                        entry.update(peak=total, seqs=seqs)
+            if total > self.memory["card_mib"]:
+                self.oom(mib, total, seqs)
+        alive = self.wait(plan["ttft"])
+        if mib:
+            with self.lock:
+                entry = self.prefilling.pop(key)
+            log(f"vllm-double: prefill peak {entry['peak']:.0f} MiB per card "
+                f"({plan['prefill_tokens']} prompt tokens to prefill, {entry['seqs']} "
+                "sequences in prefill)")
+        if alive:
+            with self.lock:
+                self.seen.append(plan["text"])
+                self.prompt_tokens_total += plan["prompt_tokens"]
+        return alive
+
+    def count_generated(self, tokens: int) -> None:
+        with self.lock:
+            self.generation_tokens_total += tokens
 
     def completion(self, body: dict, emit) -> tuple:
         """(status, payload) for one chat completion; may crash the process. A stream
@@ -273,6 +662,8 @@ class Engine:
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 16
         if not isinstance(max_tokens, int) or max_tokens < 1:
             return 400, error_body("max_tokens must be a positive integer", "BadRequestError")
+        if self.dead.is_set():
+            return 500, error_body(ENGINE_DEAD, "InternalServerError", 500)
         with self.lock:
             self.requests += 1
             self.in_flight += 1
@@ -280,61 +671,84 @@ class Engine:
         try:
             if self.crash_armed and in_flight >= self.crash_inflight:
                 self.crash(in_flight)
-            answer = self.answer(body, messages, max_tokens, ordinal)
+            plan = self.plan(messages)
+            answer = self.answer(body, messages, max_tokens, ordinal, plan["prompt_tokens"])
+            if not self.prefill(plan):
+                return 500, error_body(ENGINE_DEAD, "InternalServerError", 500)
+            decode_s = plan["interval"] * max(answer["generated"] - 1, 0)
             if self.fault("http-500", ordinal):
-                time.sleep(self.ttft_s if stream else self.generation_s(answer["generated"]))
+                if not stream:
+                    self.wait(decode_s)
                 return 500, error_body("vllm-double: injected fault http-500",
                                        "InternalServerError", 500)
             if stream:
-                self.stream(answer, model, body, emit)
+                self.stream(answer, model, body, emit, plan["interval"])
                 return 200, None
-            time.sleep(self.generation_s(answer["generated"]))
-            content = " ".join(answer["content"]) if answer["content"] else None
-            reasoning = " ".join(answer["reasoning"]) if answer["reasoning"] else None
-            if answer["empty"]:
-                content, reasoning = "", None
-            message = {"role": "assistant", "content": content, "tool_calls": []}
-            if self.reasoning:
-                message["reasoning_content"] = reasoning
-                message["reasoning"] = reasoning
-            return 200, {
-                "id": f"chatcmpl-double-{ordinal}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [{"index": 0, "message": message, "logprobs": None,
-                             "finish_reason": answer["finish_reason"]}],
-                "usage": answer["usage"],
-            }
+            if not self.wait(decode_s):
+                return 500, error_body(ENGINE_DEAD, "InternalServerError", 500)
+            self.count_generated(answer["generated"])
+            return 200, self.message(answer, model)
         finally:
             with self.lock:
                 self.in_flight -= 1
 
-    def answer(self, body: dict, messages, max_tokens: int, ordinal: int) -> dict:
+    def message(self, answer: dict, model: str) -> dict:
+        """The non-streamed chat.completion body of one answer."""
+        sep = answer["sep"]
+        content = sep.join(answer["content"]) if answer["content"] else None
+        reasoning = " ".join(answer["reasoning"]) if answer["reasoning"] else None
+        if answer["empty"]:
+            content, reasoning = "", None
+        message = {"role": "assistant", "content": content, "tool_calls": []}
+        if self.reasoning:
+            message["reasoning_content"] = reasoning
+            message["reasoning"] = reasoning
+        return {
+            "id": answer["id"],
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": answer["finish_reason"]}],
+            "usage": answer["usage"],
+        }
+
+    def answer(self, body: dict, messages, max_tokens: int, ordinal: int,
+               prompt_tokens=None) -> dict:
         """What one request answers: reasoning and content words, usage, finish reason."""
-        reasoning_tokens = min(max_tokens, 8) if self.reasoning else 0
-        cap = max_tokens if body.get("ignore_eos") is True else 12
-        answer_tokens = min(max_tokens - reasoning_tokens, cap)
-        generated = answer_tokens + reasoning_tokens
-        empty = self.fault("empty-content", ordinal)
+        thinking = self.reasoning and not thinking_off(body)
+        reasoning_tokens = min(max_tokens, 8) if thinking else 0
+        ignore_eos = body.get("ignore_eos") is True
+        total = arithmetic_answer(messages) if not ignore_eos else None
+        if total is not None:
+            content = [total][:max_tokens - reasoning_tokens]
+        else:
+            content = words(min(max_tokens - reasoning_tokens, max_tokens if ignore_eos else 12))
         reasoning = WORDS[-reasoning_tokens:] if reasoning_tokens else []
-        content = words(answer_tokens)
+        generated = len(reasoning) + len(content)
+        sep = " "
+        if self.garbage:  # no </think> in "!!!": the reasoning parser leaves it all as content
+            reasoning, content, sep = [], ["!"] * generated, ""
+        empty = self.fault("empty-content", ordinal)
         if empty:
             reasoning, content = [], []
         completion_tokens = len(reasoning) + len(content)
-        prompt_tokens = count_tokens(messages)
+        if prompt_tokens is None:
+            prompt_tokens = count_tokens(messages)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                  "total_tokens": prompt_tokens + completion_tokens}
         if self.fault("zero-usage", ordinal):
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0,
                      "total_tokens": prompt_tokens}
         return {"id": f"chatcmpl-double-{ordinal}", "generated": generated, "empty": empty,
-                "reasoning": reasoning, "content": content, "usage": usage,
+                "reasoning": reasoning, "content": content, "sep": sep, "usage": usage,
                 "finish_reason": "length" if completion_tokens >= max_tokens else "stop"}
 
-    def stream(self, answer: dict, model: str, body: dict, emit) -> None:
-        """Writes one answer as vLLM streams it: a role delta, one delta per token (TTFT before
-        the first, the decode interval between the others), usage when asked, [DONE]."""
+    def stream(self, answer: dict, model: str, body: dict, emit, interval=None) -> None:
+        """Writes one answer as vLLM streams it (its TTFT already waited): a role delta, one
+        delta per token (the decode interval between them), usage when asked, [DONE]. When the
+        engine dies mid-stream: an error event, then [DONE]."""
+        interval = self.token_interval_s if interval is None else interval
         created = int(time.time())
 
         def chunk(delta, finish_reason=None) -> str:
@@ -343,15 +757,18 @@ class Engine:
                 "model": model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
                                              "finish_reason": finish_reason}]})
 
+        sep = answer["sep"]
         tokens = [("reasoning", w) for w in answer["reasoning"]]
-        tokens += [("content", w if i == 0 else " " + w) for i, w in enumerate(answer["content"])]
-        time.sleep(self.ttft_s)
+        tokens += [("content", w if i == 0 else sep + w) for i, w in enumerate(answer["content"])]
         emit(chunk({"role": "assistant", "content": ""}))
         for i, (kind, text) in enumerate(tokens):
-            if i:
-                time.sleep(self.token_interval_s)
+            if i and not self.wait(interval):
+                emit(json.dumps(error_body(ENGINE_DEAD, "InternalServerError", 500)))
+                emit("[DONE]")
+                return
             delta = ({"reasoning_content": text, "reasoning": text} if kind == "reasoning"
                      else {"content": text})
+            self.count_generated(1)
             emit(chunk(delta, answer["finish_reason"] if i == len(tokens) - 1 else None))
         if not tokens:
             emit(chunk({}, answer["finish_reason"]))
@@ -361,6 +778,58 @@ class Engine:
                              "created": created, "model": model, "choices": [],
                              "usage": answer["usage"]}))
         emit("[DONE]")
+
+    def tokenize(self, body: dict) -> tuple:
+        """(status, payload) of POST /tokenize: {"model", "prompt"} or {"model", "messages"}
+        -> vLLM's TokenizeResponse (count, max_model_len, tokens, token_strs)."""
+        model = body.get("model")
+        if model is not None and model not in self.served_names:
+            return 404, error_body(f"The model `{model}` does not exist.", "NotFoundError", 404)
+        if isinstance(body.get("messages"), list):
+            tokens = chat_token_ids(body["messages"])
+        elif isinstance(body.get("prompt"), str):
+            tokens = [word_id(w) for w in body["prompt"].split()]
+        else:
+            return 400, error_body("prompt (a string) or messages (a list) is required",
+                                   "BadRequestError")
+        return 200, {"count": len(tokens), "max_model_len": self.model_len(), "tokens": tokens,
+                     "token_strs": None}
+
+    def model_len(self) -> int:
+        """--max-model-len, or the checkpoint's (the double's: 40960) when unset or auto."""
+        length = self.max_model_len
+        return length if isinstance(length, int) and length > 0 else 40960
+
+    def metrics(self) -> str:
+        """GET /metrics: vLLM's token counters, and its spec-decode counters when speculative
+        decoding is on, in Prometheus' text format as prometheus_client writes it."""
+        labels = f'engine="0",model_name="{prom_label(self.served_names[0])}"'
+        with self.lock:
+            prompt, generated = self.prompt_tokens_total, self.generation_tokens_total
+        families = [
+            ("vllm:prompt_tokens", "Number of prefill tokens processed.", [(labels, prompt)]),
+            ("vllm:generation_tokens", "Number of generation tokens processed.",
+             [(labels, generated)]),
+        ]
+        if self.spec_tokens >= 1:
+            counts = spec_counts(generated, self.spec_tokens, self.acceptance)
+            families += [
+                ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+                 [(labels, counts["drafts"])]),
+                ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+                 [(labels, counts["draft_tokens"])]),
+                ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                 [(labels, counts["accepted_tokens"])]),
+                ("vllm:spec_decode_num_accepted_tokens_per_pos",
+                 "Accepted tokens per draft position.",
+                 [(f'{labels},position="{pos}"', value)
+                  for pos, value in enumerate(counts["accepted_per_pos"])]),
+            ]
+        lines = []
+        for name, text, samples in families:
+            lines += [f"# HELP {name}_total {text}", f"# TYPE {name}_total counter"]
+            lines += [f"{name}_total{{{label}}} {prom_value(value)}" for label, value in samples]
+        return "\n".join(lines) + "\n"
 
     def models(self) -> dict:
         return {"object": "list", "data": [
@@ -390,42 +859,53 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def authorised(self) -> bool:
+    def send_text(self, status: int, text: str, content_type: str) -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def authorised(self, path: str) -> bool:
+        """vLLM's AuthenticationMiddleware: only paths starting with GUARDED_PREFIX need
+        `Authorization: Bearer KEY` (scheme in any case); 401 {"error": "Unauthorized"}."""
         keys = self.engine.api_keys
-        if not keys or not self.path.startswith("/v1"):
+        if not keys or not path.startswith(GUARDED_PREFIX):
             return True
-        header = self.headers.get("Authorization", "")
-        if header.startswith("Bearer ") and header[len("Bearer "):] in keys:
+        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token in keys:
             return True
         self.send_json(401, {"error": "Unauthorized"})
         return False
 
+    def health(self) -> None:
+        if self.engine.fault("never-healthy") or self.engine.fail_health:
+            which = "never-healthy" if self.engine.fault("never-healthy") else (
+                f"fail_health in {RIG_KNOBS}")
+            self.send_json(503, {"error": f"vllm-double: injected fault {which}"})
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_GET(self):  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0]
-        if path == "/health":
-            if self.engine.fault("never-healthy") or self.engine.fail_health:
-                which = "never-healthy" if self.engine.fault("never-healthy") else (
-                    f"fail_health in {RIG_KNOBS}")
-                self.send_json(503, {"error": f"vllm-double: injected fault {which}"})
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+        if not self.authorised(path):
+            return
+        if path in ("/health", "/ping"):
+            self.health()
         elif path == "/version":
             self.send_json(200, {"version": __version__})
         elif path == "/v1/models":
-            if self.authorised():
-                self.send_json(200, self.engine.models())
+            self.send_json(200, self.engine.models())
+        elif path == "/metrics":
+            self.send_text(200, self.engine.metrics(), "text/plain; version=0.0.4; charset=utf-8")
         else:
             self.send_json(404, {"detail": "Not Found"})
 
-    def do_POST(self):  # noqa: N802
-        path = self.path.split("?", 1)[0]
-        if path != "/v1/chat/completions":
-            self.send_json(404, {"detail": "Not Found"})
-            return
-        if not self.authorised():
-            return
+    def read_body(self):
+        """The request's JSON object, or None after answering 400."""
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -433,6 +913,27 @@ class Handler(BaseHTTPRequestHandler):
                 raise ValueError("expected a JSON object")
         except ValueError as exc:
             self.send_json(400, error_body(f"invalid JSON body: {exc}", "BadRequestError"))
+            return None
+        return body
+
+    def do_POST(self):  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if not self.authorised(path):
+            return
+        if path == "/ping":
+            self.health()
+            return
+        if path not in ("/v1/chat/completions", "/invocations", "/tokenize"):
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        body = self.read_body()
+        if body is None:
+            return
+        if path == "/tokenize":
+            self.send_json(*self.engine.tokenize(body))
+            return
+        if path == "/invocations" and "messages" not in body:
+            self.send_json(400, error_body(INVOCATION_MISS, "BadRequestError"))
             return
         self.streaming = False
         try:
@@ -509,6 +1010,7 @@ def run_serve(args, argv) -> int:
     knobs, knob_warnings = rig_knobs(hf_cli.knobs())
     for warning in knob_warnings:
         log(f"WARNING {warning}")
+    memory = memory_model(args, knobs.get("memory"))
     record_start({
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "pid": os.getpid(),
@@ -520,6 +1022,7 @@ def run_serve(args, argv) -> int:
         "flashinfer": decode,
         "crash": decision,
         "knobs": knobs,
+        "memory": memory,
     })
     if decode["state"] == "broken":
         sys.stderr.write(f"ERROR importing flashinfer ({decode['file']}): {decode['error']}\n")
@@ -541,7 +1044,8 @@ def run_serve(args, argv) -> int:
     engine = Engine(args.served_model_name or [model], api_keys,
                     crash_armed=decision["armed"], crash_inflight=decision["crash_inflight"],
                     reasoning=bool(args.reasoning_parser), max_model_len=args.max_model_len,
-                    root=model, knobs=knobs)
+                    root=model, knobs=knobs, num_speculative_tokens=speculative_tokens(args),
+                    prefix_caching=args.enable_prefix_caching is not False, memory=memory)
     if knobs:
         log(f"rig knobs from $HF_HOME/{RIG_KNOBS}: {json.dumps(knobs, sort_keys=True)}")
     server = make_server(engine, args.host or "0.0.0.0", args.port)

@@ -766,6 +766,7 @@ METRICS_TEXT = '''\
 # TYPE vllm:spec_decode_num_drafts_total counter
 vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
 vllm:spec_decode_num_drafts_total{{engine="1",model_name="m"}} {drafts}
+vllm:spec_decode_num_drafts_created{{engine="0",model_name="m"}} 1.7e+09
 vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {draft_tokens}
 vllm:spec_decode_num_draft_tokens_total{{engine="1",model_name="m"}} {draft_tokens}
 vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
@@ -794,7 +795,7 @@ def test_prometheus_parser_reads_names_labels_values():
     assert ("vllm:spec_decode_num_drafts_total", {"engine": "1", "model_name": "m"}, 4.0) in (
         samples)
     assert not any(name.startswith(("#", "garbage", "bad_value")) for name, _, _ in samples)
-    assert len(samples) == 11 + 2
+    assert len(samples) == 12 + 2
 
 
 def test_spec_decode_deltas_sum_over_label_sets():

@@ -36,8 +36,16 @@ Inputs
                  are the inventory, as before: every rig found there is a row and is counted
                  (with --state-dir, the pushed reports of rigs in no state are left out).
 
-Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rows", "footer",
-"not_in_inventory"}) and .md (a table, its footer, then the rigs listed apart), written whole (no
+  --rollout FILE what the rollout was, as playbooks/tasks/rollout_info.yml writes it: {started_at,
+                 ended_at (absent while it runs), controller_commit, controller_dirty, target:
+                 {image, model, model_revision, patch_enabled}, canary: [hosts], batches: [[hosts]],
+                 stop_reason}. Its lines come first in the Markdown (what was rolled out, from
+                 which controller commit, when, and the outcome in one sentence: rollout_outcome).
+                 A file that does not exist counts as no rollout (a report without those lines).
+
+Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rollout",
+"outcome", "rows", "footer", "not_in_inventory"}) and .md (the rollout's lines, a table, its
+footer, then the rigs listed apart), written whole (no
 half-written file); their paths on stderr; --print prints the Markdown on stdout. One row per rig:
 host, state, release (the report's, else the state's), image and vLLM version (the report's),
 FlashInfer version (the report's patch_report), patch (patch_class of the report's patch_status:
@@ -72,6 +80,8 @@ DERIVED_STATES = ("healthy", "unhealthy", "no-report", "pull-failed")
 PATCH_CLASSES = {"patched": "patched", "already-patched": "patched",
                  "upstream-fixed": "upstream-fixed", "unpatched": "pinned"}
 REASON_CHARS = 160
+# The rollout's own record beside the rigs' reports (rollout_info.yml): not a rig's report.
+ROLLOUT_FILE = "rollout.json"
 NONE = "—"
 
 
@@ -297,6 +307,58 @@ def footer(rows) -> dict:
             "pinned": pinned, "lines": lines}
 
 
+CHANGED = ("updated",)
+STOPPING = ("rolled-back", "failed", "lost")
+
+
+def rollout_outcome(rollout, rows) -> str:
+    """How the rollout ended, in one sentence, from its record and the rigs' rows: still
+    running, stopped at the canary or a batch (the first rig of the earliest batch that rolled
+    back, failed or was lost, with its reason), or every reachable rig updated."""
+    rollout = rollout if isinstance(rollout, dict) else {}
+    by_host = {row["host"]: row for row in rows}
+    batches = [b for b in (rollout.get("batches") or []) if isinstance(b, list)]
+    if not rollout.get("ended_at"):
+        switched = sum(1 for row in rows if row["state"] in CHANGED + STOPPING)
+        return f"Still running: {switched} of {len(rows)} rigs switched so far."
+    for index, batch in enumerate(batches):
+        bad = [by_host[h] for h in batch if h in by_host and by_host[h]["state"] in STOPPING]
+        if bad:
+            where = "the canary" if index == 0 else f"batch {index}"
+            first = bad[0]
+            why = f": {one_line(first['reason'], 100)}" if first["reason"] else ""
+            return (f"Stopped at {where} {first['host']} ({first['state']}{why}); rigs not "
+                    "reached keep serving what they served.")
+    if rollout.get("stop_reason"):
+        return f"Stopped: {one_line(rollout['stop_reason'], 140)}."
+    if not batches:
+        return "Nothing switched: no rig was staged."
+    counts = {}
+    for row in rows:
+        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    left = ", ".join(f"{n} {s}" for s, n in counts.items() if s not in CHANGED)
+    return (f"Every reachable rig updated ({counts.get('updated', 0)} updated"
+            + (f"; {left}" if left else "") + ").")
+
+
+def rollout_lines(rollout, outcome) -> list:
+    """The Markdown's first lines: what was rolled out, from which controller commit, when."""
+    if not isinstance(rollout, dict) or not rollout:
+        return []
+    target = rollout.get("target") if isinstance(rollout.get("target"), dict) else {}
+    patch = target.get("patch_enabled")
+    patch = {True: "on", False: "off"}.get(patch, str(patch))
+    commit = str(rollout.get("controller_commit") or "unknown")[:12]
+    dirty = " (with uncommitted changes)" if rollout.get("controller_dirty") else ""
+    image, model = target.get("image") or NONE, target.get("model") or NONE
+    return [f"**{outcome}**", "",
+            f"Rolled out: image `{image}`, model `{model}` at "
+            f"`{target.get('model_revision') or NONE}`, FlashInfer patch {patch}.  ",
+            f"From controller commit `{commit}`{dirty}; started "
+            f"{rollout.get('started_at') or NONE}, ended {rollout.get('ended_at') or 'not yet'}.",
+            ""]
+
+
 def _cell(value) -> str:
     text = NONE if value is None or value == "" else str(value)
     return text.replace("|", "\\|").replace("\n", " ")
@@ -321,8 +383,9 @@ APART_COLUMNS = ("Host", "State", "Release", "Patch", "Report from", "Checked at
 def render_markdown(fleet: dict) -> str:
     """The Markdown report: a title, one table row per rig, the footer's lines, then the rigs
     not in this inventory, apart."""
-    out = [f"# Fleet report {fleet['generated_at']}", "",
-           "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    out = [f"# Fleet report {fleet['generated_at']}", ""]
+    out += rollout_lines(fleet.get("rollout"), fleet.get("outcome"))
+    out += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in fleet["rows"]:
         cells = [_cell(c) for c in table_row(row)]
         cells[-1] = cells[-1] if row["reason"] else ""
@@ -357,7 +420,7 @@ def load_report_dir(folder: str, label: str, missing_ok: bool = False) -> tuple:
     reports, notes = {}, []
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         name = os.path.basename(path)
-        if name.startswith("fleet-"):
+        if name.startswith("fleet-") or name == ROLLOUT_FILE:
             continue
         stem = name[:-len(".json")]
         try:
@@ -424,15 +487,17 @@ def split_hosts(found, hosts) -> tuple:
 
 
 def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None, hosts=(),
-                rollout=False) -> dict:
+                rollout=False, record=None) -> dict:
     """The fleet report: one row per rig of `hosts` (the rollout's rigs), sorted by host, and
     the rigs of the reports or the state outside it listed apart ("not_in_inventory", not in
     the footer); without `hosts`, one row per rig in the reports or the state. rollout: the
-    state is a rollout's, so a rig of `hosts` missing from it says so."""
+    state is a rollout's, so a rig of `hosts` missing from it says so. record: what the rollout
+    was (--rollout), giving "rollout" and its "outcome"."""
     inside, apart = split_hosts(set(reports) | set(state), hosts)
     rows = [row_for(h, reports.get(h), state.get(h), missing_state=rollout and bool(hosts))
             for h in inside]
     return {"generated_at": generated_at, "inputs": inputs or {}, "rows": rows,
+            "rollout": record or {}, "outcome": rollout_outcome(record, rows) if record else None,
             "footer": footer(rows),
             "not_in_inventory": [row_for(h, reports.get(h), state.get(h)) for h in apart]}
 
@@ -464,6 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "a report or state of any other rig is listed apart as not in "
                              "this inventory, never counted; without it (or empty) every rig "
                              "found in the folders is a row and is counted")
+    parser.add_argument("--rollout", metavar="FILE",
+                        help="what the rollout was (rollout_info.yml's file): its lines first")
     parser.add_argument("--out", required=True, metavar="DIR", help="where fleet-*.json/md go")
     parser.add_argument("--print", action="store_true", help="print the Markdown on stdout")
     return parser
@@ -489,6 +556,10 @@ def main(argv=None) -> int:
             sources.append(pulled)
             notes += more
         state = load_state_dir(args.state_dir) if args.state_dir else {}
+        record = (_read_json(args.rollout, "rollout file")
+                  if args.rollout and os.path.exists(args.rollout) else None)
+        if record is not None and not isinstance(record, dict):
+            raise BadInput(f"rollout file {args.rollout}: expected an object")
     except BadInput as exc:
         sys.stderr.write(f"fleet_report: {exc}\n")
         return EXIT_BAD_INPUT
@@ -505,7 +576,7 @@ def main(argv=None) -> int:
                             now.isoformat(timespec="seconds").replace("+00:00", "Z"),
                             {"reports": args.reports, "pulled": args.pulled,
                              "state": args.state_dir, "hosts": hosts},
-                            hosts=hosts, rollout=bool(args.state_dir))
+                            hosts=hosts, rollout=bool(args.state_dir), record=record)
         paths = write_fleet(fleet, args.out, now.strftime("%Y%m%dT%H%M%SZ"))
     except Exception as exc:  # noqa: BLE001 (unexpected: say so, exit 1)
         sys.stderr.write(f"fleet_report: error: {type(exc).__name__}: {exc}\n")

@@ -28,15 +28,28 @@ summary() {
   echo "== summary of make test ($(date -u +%FT%TZ))"
   cat "${SUMMARY}"
   grep -aE '^=+ .*(passed|failed|error).* in [0-9.]+s' "${LOG}" | tail -1 | sed 's/^=* */pytest:    /; s/ =*$//'
-  grep -aE '^(== molecule [a-z0-9_-]+: (passed|FAILED)|   (create|prepare|converge|idempotence|verify|destroy) +[0-9.]+$)' "${LOG}" \
+  grep -aE '^(== molecule [a-z0-9_-]+: (passed|FAILED)|   (cleanup|create|prepare|converge|idempotence|verify|destroy|total) +[0-9.]+$)' "${LOG}" \
     | sed 's/^== //'
   echo "total:     $(( ($(date +%s) - started) / 60 )) min $(( ($(date +%s) - started) % 60 )) s, $([ "${failed}" -eq 0 ] && echo PASSED || echo FAILED)"
   rm -f "${SUMMARY}"
 }
 trap summary EXIT
 
+leftovers() {  # what the tests left where a person's real files go: new reports, dangling images
+  local found
+  found=$(find reports -newer "${MARK}" -print 2>/dev/null; docker images -q -f dangling=true | grep -vxF -f "${MARK}" || true)
+  [ -z "${found}" ] && { echo "nothing left in reports/ and no dangling image"; return 0; }
+  echo "make test left these behind (tests must write into their own temporary folders):"
+  echo "${found}" | sed 's/^/  /'
+  return 1
+}
+
+MARK="$(mktemp)"    # its time is the run's start; its lines, the dangling images before it
 step setup make --no-print-directory setup || exit 1
+docker images -q -f dangling=true >"${MARK}"
 step lint make --no-print-directory lint
 step pytest make --no-print-directory pytest
 step molecule ./scripts/molecule-timed.sh "$@"
+step leftovers leftovers
+rm -f "${MARK}"
 exit "${failed}"

@@ -39,6 +39,7 @@ def write_playbook(tmp_path, plays, roles=None):
     playbooks.mkdir()
     (playbooks / "tasks").symlink_to(ROOT / "playbooks/tasks")
     (tmp_path / "files").symlink_to(ROOT / "files")
+    (tmp_path / "roles").symlink_to(ROOT / "roles")      # the role's defaults, read by the rollout
     for name, tasks in (roles or {}).items():
         role_tasks = playbooks / "roles" / name / "tasks"
         role_tasks.mkdir(parents=True)

@@ -536,3 +536,66 @@ def test_without_a_rig_list_every_rig_found_is_counted(tmp_path, capsys):
         assert [r["host"] for r in data["rows"]] == ["rig1", "rig9"]
         assert data["not_in_inventory"] == []
         assert data["footer"]["patch_holding"] == ["rig9"]
+
+
+# --- what the rollout was, and how it ended, first --------------------------------------------
+
+ROLLOUT = {"started_at": "2026-12-01T10:00:00+00:00", "controller_commit": "0123456789abcdef0",
+           "controller_dirty": False, "canary": ["a"], "batches": [["a"], ["b", "c"]],
+           "target": {"image": "vllm/vllm-openai:v0.33.0", "model": "org/m",
+                      "model_revision": "main", "patch_enabled": True}}
+
+
+def rows_of(**states):
+    return [fleet.row_for(host, report(host), {"state": s, "reason": f"why {host}"})
+            for host, s in states.items()]
+
+
+def test_outcome_names_the_canary_that_stopped_the_rollout():
+    ended = dict(ROLLOUT, ended_at="2026-12-01T10:20:00+00:00", stop_reason="the canary (a): a")
+    said = fleet.rollout_outcome(ended, rows_of(a="rolled-back", b="not-reached", c="not-reached"))
+    assert said.startswith("Stopped at the canary a (rolled-back: why a)")
+
+
+def test_outcome_names_the_batch_and_its_first_failed_rig():
+    ended = dict(ROLLOUT, ended_at="2026-12-01T10:20:00+00:00")
+    said = fleet.rollout_outcome(ended, rows_of(a="updated", b="updated", c="lost"))
+    assert said.startswith("Stopped at batch 1 c (lost: why c)")
+
+
+def test_outcome_of_a_rollout_that_reached_every_rig():
+    ended = dict(ROLLOUT, ended_at="2026-12-01T10:20:00+00:00")
+    said = fleet.rollout_outcome(ended, rows_of(a="updated", b="updated", c="unchanged",
+                                                d="unreachable"))
+    assert said == "Every reachable rig updated (2 updated; 1 unchanged, 1 unreachable)."
+    running = fleet.rollout_outcome(ROLLOUT, rows_of(a="updated", b="not-reached"))
+    assert running == "Still running: 1 of 2 rigs switched so far."
+
+
+def test_the_markdown_starts_with_the_outcome_and_what_was_rolled_out(tmp_path):
+    reports = write_reports(tmp_path / "reports", report("a"), report("b"))
+    states = write_states(tmp_path / "state", {"a": {"state": "rolled-back", "reason": "speed"},
+                                                "b": {"state": "not-reached"}})
+    record = tmp_path / "reports/rollout.json"       # beside the rigs' reports: not a rig
+    record.write_text(json.dumps(dict(ROLLOUT, batches=[["a"], ["b"]], controller_dirty=True,
+                                      ended_at="2026-12-01T10:20:00+00:00")))
+    out = tmp_path / "out"
+    assert fleet.main(["--reports", str(reports), "--state-dir", str(states), "--hosts", "a,b",
+                       "--rollout", str(record), "--out", str(out)]) == 0
+    md = next(out.glob("fleet-*.md")).read_text().splitlines()
+    assert md[2].startswith("**Stopped at the canary a (rolled-back: speed)")
+    assert "image `vllm/vllm-openai:v0.33.0`, model `org/m` at `main`, FlashInfer patch on" in md[4]
+    assert "commit `0123456789ab` (with uncommitted changes)" in md[5]
+    body = json.loads(next(out.glob("fleet-*.json")).read_text())
+    assert body["outcome"].startswith("Stopped at the canary a")
+    assert [r["host"] for r in body["rows"]] == ["a", "b"] and not body["not_in_inventory"]
+
+
+def test_a_missing_rollout_file_gives_a_report_without_those_lines(tmp_path):
+    reports = write_reports(tmp_path / "reports", report("a"))
+    out = tmp_path / "out"
+    assert fleet.main(["--reports", str(reports), "--rollout", str(tmp_path / "none.json"),
+                       "--out", str(out)]) == 0
+    md = next(out.glob("fleet-*.md")).read_text().splitlines()
+    assert md[2].startswith("| Host")
+    assert json.loads(next(out.glob("fleet-*.json")).read_text())["outcome"] is None

@@ -133,6 +133,9 @@ def test_a_rolled_back_canary_keeps_the_roles_state_and_reason_and_stops_the_rol
     assert run.fleet_states() == {"rig-1": "rolled-back", "rig-2": "not-reached",
                                   "rig-3": "not-reached"}
     assert "The rollout stopped: the canary (rig-1): rig-1 rolled-back" in run.out, run.out[-3000:]
+    # The fleet report says first how the rollout ended, and what it rolled out.
+    assert run.fleet["outcome"].startswith("Stopped at the canary rig-1 (rolled-back: smoke: 0")
+    assert run.fleet["rollout"]["canary"] == ["rig-1"] and run.fleet["rollout"]["ended_at"]
 
 
 def test_a_rollout_that_succeeds_records_each_rig_once_per_step_and_exits_0(tmp_path):
@@ -144,6 +147,9 @@ def test_a_rollout_that_succeeds_records_each_rig_once_per_step_and_exits_0(tmp_
         assert [h["state"] for h in state["history"]] == ["not-reached", "updated"]
     assert run.fleet_states() == dict.fromkeys(RIGS, "updated")
     assert run.fleet["footer"]["states"] == {"updated": 3}
+    assert run.fleet["outcome"] == "Every reachable rig updated (3 updated)."
+    assert run.fleet["rollout"]["batches"] == [["rig-1"], ["rig-2"], ["rig-3"]]
+    assert run.fleet["rollout"]["started_at"] <= run.fleet["rollout"]["ended_at"]
 
 
 def test_a_failed_switch_stops_the_batches(tmp_path):

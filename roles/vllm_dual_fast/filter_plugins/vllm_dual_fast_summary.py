@@ -1,0 +1,93 @@
+"""The verdict a rig owner reads first: a few lines from a health report (pure; tested in
+tests/test_summary.py). The JSON report stays complete in its file; these lines name it.
+Also importable as a plain module (scripts/rig-summary.py prints a saved report's verdict)."""
+
+# What to do about a failed check, by the words its failure line starts with (health.yml's
+# failures, vllm_dual_fast_health_failures and the canary gates). First match wins.
+ADVICE = (
+    ("smoke", "the endpoint answered wrong or not at all: `docker logs vllm-dual-fast` on the rig"),
+    ("new kernel Xid", "a GPU fault: `journalctl -k | grep Xid` on the rig; Xid 31 at 4+ requests "
+                       "is vllm#40756 (is the patch on?), 79 a card off the bus (power, riser)"),
+    ("container restart", "the engine died and Docker restarted it: `docker logs --since 30m "
+                          "vllm-dual-fast` on the rig"),
+    ("FlashInfer patch", "the patch is not in place: `docker logs vllm-dual-fast | grep fi-pinq`"),
+    ("FlashInfer's decode.py", "FlashInfer changed shape: `make upstream-watch` before this image"),
+    ("decode tokens/s", "slower than the release before: compare image and flags, or roll back"),
+    ("time to first token", "slower to answer than the release before: compare image and flags"),
+    ("race check", "the GPU race check failed: keep the patch on, read the check's line above"),
+    ("canary soak", "the engine failed under a sustained load: `docker logs vllm-dual-fast`"),
+)
+WIDTH = 160
+
+
+def _clip(text, width=WIDTH):
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def advice_for(failure):
+    """What to do about one failure line ('' when nothing specific is known)."""
+    for start, advice in ADVICE:
+        if str(failure).startswith(start):
+            return advice
+    return ""
+
+
+def _rate(level):
+    value = (level or {}).get("tokens_per_s") if isinstance(level, dict) else None
+    return f"{float(value):.1f}" if isinstance(value, (int, float)) else None
+
+
+def speed_line(speed, before=None):
+    """'speed: c=1 48.2 tok/s (was 47.9), c=4 150.3 tok/s (was 149.0)', or None without figures."""
+    speed = speed if isinstance(speed, dict) else {}
+    before = before if isinstance(before, dict) else {}
+    parts = []
+    for key, label in (("c1", "c=1"), ("cN", f"c={speed.get('concurrency', 'N')}")):
+        now = _rate(speed.get(key))
+        if now is None:
+            continue
+        was = _rate(before.get(key))
+        parts.append(f"{label} {now} tok/s" + (f" (was {was})" if was else ""))
+    return "speed: " + ", ".join(parts) if parts else None
+
+
+def verdict_lines(report, report_path=""):
+    """The verdict of one health report, first line first: healthy or not, the release, image,
+    vLLM and FlashInfer, the patch, speed against the last good release, Xid lines, each failed
+    check with what to do, and where the full report is."""
+    report = report if isinstance(report, dict) else {}
+    healthy = str(report.get("healthy")).lower() == "true"
+    failures = report.get("failures") or []
+    patch = report.get("patch_report") if isinstance(report.get("patch_report"), dict) else {}
+    gates = report.get("gates") if isinstance(report.get("gates"), dict) else {}
+    failed = f", {len(failures)} check{'s' if len(failures) != 1 else ''} failed"
+    head = (f"{report.get('host', '?')}: {'HEALTHY' if healthy else 'UNHEALTHY'}"
+            f" - release {report.get('release') or '?'}" + ("" if healthy else failed))
+    lines = [head,
+             f"  image {report.get('image') or '?'}, vLLM {report.get('vllm_version') or '?'}, "
+             f"FlashInfer {patch.get('flashinfer_version') or '?'}, "
+             f"patch {report.get('patch_status') or 'unknown'}"]
+    speed = speed_line((report.get("smoke") or {}).get("speed"),
+                       report.get("previous_speed") or gates.get("speed_before"))
+    if speed:
+        lines.append("  " + speed)
+    xid = report.get("kernel_xid_lines") or []
+    if xid:
+        lines.append(f"  kernel: {len(xid)} Xid line{'s' if len(xid) != 1 else ''}, first: "
+                     + _clip(xid[0], 100))
+    elif str(report.get("kernel_log_readable")).lower() == "false":
+        lines.append("  kernel: log not readable here, Xid lines not checked")
+    else:
+        lines.append("  kernel: no Xid line during the check")
+    for failure in failures:
+        advice = advice_for(failure)
+        lines.append("  FAILED " + _clip(failure) + (f" -> {advice}" if advice else ""))
+    if report_path:
+        lines.append(f"  full report: {report_path}")
+    return lines
+
+
+class FilterModule:
+    def filters(self):
+        return {"vllm_dual_fast_verdict_lines": verdict_lines}

@@ -12,9 +12,9 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SCENARIOS ?= default existing deploy fleet driver
 
-.PHONY: setup venv engine engine-stop images lint pytest molecule test demo demo-clean upstream-watch
+.PHONY: setup venv engine engine-stop images host-packages lint pytest molecule test demo demo-clean upstream-watch
 
-setup: venv engine images
+setup: venv engine images host-packages
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements-dev.txt requirements-test.txt
@@ -36,12 +36,16 @@ engine-stop:
 images: engine
 	./scripts/build-images.sh
 
+# Debian packages the tests run for real (nginx for the LAN proxy tests).
+host-packages:
+	./scripts/host-packages.sh
+
 lint: venv
 	ruff check .
 	yamllint -s .
 	ansible-lint --profile production
 
-pytest: venv images
+pytest: venv images host-packages
 	python tests/flashinfer_releases.py
 	pytest
 

@@ -34,6 +34,8 @@ def role_vars(api_key=KEY, hf_token=TOKEN, **overrides):
         "vllm_dual_fast_image": "vllm/vllm-openai:v0.27.1",
         "vllm_dual_fast_bind_address": "127.0.0.1",
         "vllm_dual_fast_port": 8000,
+        "_vllm_dual_fast_engine_address": "127.0.0.1",    # vars/main.yml's, for a loopback bind
+        "_vllm_dual_fast_engine_host_port": 8000,
         "vllm_dual_fast_hf_cache_dir": "/opt/vllm-dual-fast/hf-cache",
         "vllm_dual_fast_compile_cache_dir": "/opt/vllm-dual-fast/compile-cache",
         "vllm_dual_fast_patch_enabled": True,

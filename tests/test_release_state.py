@@ -98,6 +98,17 @@ def test_the_manifest_says_what_the_release_is_with_typed_values():
     assert (manifest["port"], manifest["max_num_seqs"]) == (8000, 4)
 
 
+def test_the_manifest_says_where_the_engine_itself_listens():
+    base = {"release": A, "bind_address": "0.0.0.0", "port": "8000", "max_num_seqs": "4"}  # noqa: S104
+    behind_proxy = release.release_manifest(
+        {**base, "engine_address": "127.0.0.1", "engine_port": "8001"})
+    assert (behind_proxy["engine_address"], behind_proxy["engine_port"]) == ("127.0.0.1", 8001)
+    assert behind_proxy["port"] == 8000
+    # A release written before the LAN proxy published the engine itself on bind_address:port.
+    before = release.release_manifest(base)
+    assert (before["engine_address"], before["engine_port"]) == ("0.0.0.0", 8000)  # noqa: S104
+
+
 def test_the_verdict_keeps_when_the_gates_and_the_report():
     report = {"release": "aaaaaaaaaaaaaaaa", "healthy": True, "canary": True,
               "gates": {"race_check": ["pass", "race check: no bad trial"]}}

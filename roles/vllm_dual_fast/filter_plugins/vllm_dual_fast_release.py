@@ -78,6 +78,11 @@ def release_manifest(cfg):
         manifest[key] = _true(cfg.get(key))
     for key in ("port", "max_num_seqs"):
         manifest[key] = int(cfg[key])
+    # Where health and smoke reach the engine itself: 127.0.0.1:engine_port behind the LAN
+    # proxy (tasks/proxy.yml), else the published bind_address:port. A manifest written before
+    # the proxy has neither key: its readers fall back to bind_address and port the same way.
+    manifest["engine_port"] = int(cfg.get("engine_port", cfg["port"]))
+    manifest["engine_address"] = cfg.get("engine_address") or cfg.get("bind_address", "127.0.0.1")
     return manifest
 
 

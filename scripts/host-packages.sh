@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Debian packages of this machine that the tests use as they are (real programs, not doubles):
+#   nginx: tests/test_nginx_proxy.py runs the role's LAN proxy site in a real nginx.
+# Installed from the machine's own sources, without starting any service (no init system here;
+# the tests start their own nginx on loopback with a temporary prefix).
+set -euo pipefail
+
+say() { echo "host-packages: $*"; }
+
+# Package installs must not start services; an existing policy-rc.d is left as it is.
+with_no_service_starts() {
+  local policy=/usr/sbin/policy-rc.d created=0
+  if [ ! -e "${policy}" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"${policy}" && chmod 0755 "${policy}" && created=1
+  fi
+  local rc=0; "$@" || rc=$?
+  [ "${created}" = 1 ] && rm -f "${policy}"
+  return "${rc}"
+}
+
+missing=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+if [ "${#missing[@]}" -eq 0 ]; then
+  say "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's#.*/##') is installed"
+  exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get -q update >/dev/null
+say "installing ${missing[*]} ($(apt-cache policy "${missing[0]}" | awk '/Candidate/ {print $2}')) for the LAN proxy tests"
+with_no_service_starts apt-get -y -q install --no-install-recommends "${missing[@]}" >/dev/null
+say "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's#.*/##') is installed"

@@ -60,8 +60,8 @@ test:
 demo: setup
 	./scripts/sim-rig.sh up
 	ansible-playbook site.yml -l sim
-	@echo "== health report (reports/vdf-sim-rig.json)"
-	@python3 -m json.tool reports/vdf-sim-rig.json
+	@echo "== verdict (the whole report: reports/vdf-sim-rig.json)"
+	@python3 scripts/rig-summary.py reports/vdf-sim-rig.json
 
 demo-clean:
 	./scripts/sim-rig.sh down

@@ -51,7 +51,10 @@ host, state, release (the report's, else the state's), image and vLLM version (t
 FlashInfer version (the report's patch_report), patch (patch_class of the report's patch_status:
 patched, upstream-fixed, pinned, or the status itself such as drift or unknown), decode tokens/s at
 c=1 and at c=4 now and under the previous release (smoke.py --speed figures: the report's
-smoke.speed; "previous_speed" of the state), the number of kernel Xid lines, and a one-line reason
+smoke.speed; "previous_speed" of the state), MTP's mean acceptance length and acceptance rate
+over the speed run (the report's "mtp"), the switch's downtime in seconds (the report's
+"downtime_s": the old container stopping to the new one healthy; empty when nothing was
+recreated), the number of kernel Xid lines, and a one-line reason
 (the state's, else the failures of an unhealthy report). The footer counts rigs per state and says
 whether every reachable rig (state not "unreachable" or "lost") reports upstream-fixed, in which
 case the patch can be dropped fleet-wide. A "lost" rig stopped answering during its switch: it may
@@ -236,6 +239,7 @@ def row_for(host: str, report=None, state=None, missing_state=False) -> dict:
     now = speed_figures(smoke.get("speed"))
     before = speed_figures(state.get("previous_speed"))
     raw_patch = _text(report.get("patch_status")) or _text(patch_report.get("status"))
+    mtp = report.get("mtp") if isinstance(report.get("mtp"), dict) else {}
     xid = report.get("kernel_xid_lines")
     reason = _text(state.get("reason"))
     if reason is None and report.get("_unreadable"):
@@ -265,6 +269,10 @@ def row_for(host: str, report=None, state=None, missing_state=False) -> dict:
         "previous_tokens_per_s_c4": before["c4"],
         "c4_concurrency": now["c4_concurrency"],
         "xid_count": len(xid) if isinstance(xid, list) else None,
+        # MTP over the speed run (smoke.py's spec-decode counters), and the switch's downtime.
+        "mtp_acceptance_rate": _number(mtp.get("acceptance_rate")),
+        "mtp_acceptance_length": _number(mtp.get("mean_acceptance_length")),
+        "downtime_s": _number(report.get("downtime_s")),
         "healthy": _healthy(report) if report else None,
         "checked_at": _text(report.get("checked_at")),
         "report_from": report.get("_from"),
@@ -365,7 +373,14 @@ def _cell(value) -> str:
 
 
 COLUMNS = ("Host", "State", "Release", "Image", "vLLM", "FlashInfer", "Patch", "tok/s c=1",
-           "tok/s c=4", "Xid", "Reason")
+           "tok/s c=4", "MTP", "Down s", "Xid", "Reason")
+
+
+def mtp_cell(length, rate) -> object:
+    """'2.77 (44 %)': mean acceptance length and the share of draft tokens accepted."""
+    if length is None:
+        return None
+    return f"{length:.2f}" + (f" ({rate * 100:.0f} %)" if rate is not None else "")
 
 
 def table_row(row: dict) -> list:
@@ -374,7 +389,8 @@ def table_row(row: dict) -> list:
             speed_cell(row["tokens_per_s_c1"], row["previous_tokens_per_s_c1"]),
             speed_cell(row["tokens_per_s_c4"], row["previous_tokens_per_s_c4"],
                        row["c4_concurrency"], 4),
-            row["xid_count"], row["reason"] or ""]
+            mtp_cell(row["mtp_acceptance_length"], row["mtp_acceptance_rate"]),
+            row["downtime_s"], row["xid_count"], row["reason"] or ""]
 
 
 APART_COLUMNS = ("Host", "State", "Release", "Patch", "Report from", "Checked at", "Reason")

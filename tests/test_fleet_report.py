@@ -599,3 +599,17 @@ def test_a_missing_rollout_file_gives_a_report_without_those_lines(tmp_path):
     md = next(out.glob("fleet-*.md")).read_text().splitlines()
     assert md[2].startswith("| Host")
     assert json.loads(next(out.glob("fleet-*.json")).read_text())["outcome"] is None
+
+
+def test_rows_carry_mtp_acceptance_and_the_switch_downtime(tmp_path):
+    rig = report("a", mtp={"acceptance_rate": 0.443, "mean_acceptance_length": 2.773},
+                 downtime_s=12.4)
+    row = fleet.row_for("a", rig)
+    assert (row["mtp_acceptance_length"], row["mtp_acceptance_rate"], row["downtime_s"]) == (
+        2.773, 0.443, 12.4)
+    cells = fleet.table_row(row)
+    assert "2.77 (44 %)" in cells and 12.4 in cells
+    bare = fleet.row_for("b", report("b"))
+    assert bare["mtp_acceptance_length"] is None and bare["downtime_s"] is None
+    md = fleet.render_markdown(fleet.build_fleet({"a": rig}, {}, "now"))
+    assert "| MTP | Down s |" in md and "| 2.77 (44 %) | 12.4 |" in md

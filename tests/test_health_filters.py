@@ -180,8 +180,64 @@ def test_canary_gates_combine_speed_race_and_soak():
         "race_check": ["fail", "race check could not run: no GPU"], "soak_s": 5,
         "soak": {"requests": 9, "failed": 0}, "speed_before": BEFORE,
         "speed_baseline": "the previous release rel-a",
-        "speed_regressions": judged["failures"][:1]}
+        "speed_regressions": judged["failures"][:1], "mtp_before": {}, "mtp_regressions": []}
     assert health.canary_gates(gate_inputs(race_mode="auto", speed_now=BEFORE))["failures"] == []
+
+
+def test_a_ttft_rise_within_the_absolute_floor_is_noise_not_a_regression():
+    # 60 ms -> 85 ms is +42 %, but 25 ms: the jitter of a home link, not a slower release.
+    before = {"c1": {"tokens_per_s": 50.0, "ttft_s": 0.060}}
+    assert health.speed_regressions({"c1": {"tokens_per_s": 50.0, "ttft_s": 0.085}},
+                                    before, 10, ttft_floor_s=0.05) == []
+    found = health.speed_regressions({"c1": {"tokens_per_s": 50.0, "ttft_s": 0.150}},
+                                     before, 10, ttft_floor_s=0.05)
+    assert found and "rose 150 %" in found[0] and "50 ms allowed" in found[0]
+    # A tokens/s drop under the floor does not count either (1.5 of 10 tok/s is 15 %).
+    assert health.speed_regressions({"c1": {"tokens_per_s": 8.5}}, {"c1": {"tokens_per_s": 10}},
+                                    10, rate_floor_tps=2.0) == []
+
+
+SPEC = {"acceptance_rate": 0.44, "mean_acceptance_length": 2.77, "drafts": 100}
+
+
+def test_mtp_acceptance_below_the_floor_or_falling_fails_the_canary():
+    assert health.mtp_regressions(SPEC, SPEC, 0.2, 30) == []
+    collapsed = dict(SPEC, acceptance_rate=0.02, mean_acceptance_length=1.08)
+    found = health.mtp_regressions(collapsed, SPEC, 0.2, 30)
+    assert len(found) == 2 and "below the floor 0.2" in found[0] and "fell 95 %" in found[1]
+    assert health.mtp_regressions(dict(SPEC, acceptance_rate=0.30), SPEC, 0.2, 30)[0].startswith(
+        "MTP acceptance fell 32 %")
+    assert health.mtp_regressions({"unavailable": "no counters"}, SPEC, 0.2, 30) == []
+    judged = health.canary_gates(gate_inputs(
+        race_rc=0, speed_now={"c1": {"tokens_per_s": 50.0}, "spec_decode": collapsed},
+        previous_report=previous_report("rel-a", speed=dict(BEFORE, spec_decode=SPEC)),
+        mtp_floor=0.2,
+        mtp_drop_pct=30))
+    assert judged["gates"]["mtp_before"] == SPEC and len(judged["failures"]) == 2
+
+
+SETTINGS = {"max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.9, "max_num_seqs": 4,
+            "w4a8": True}
+LONG_RUN = {"ok": False, "failures": ["long prompt request 2: HTTP 500: EngineCore"],
+            "long_prompt": {"concurrency": 4, "target_tokens": 16384}}
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 876.80 MiB. GPU 0 has a"
+
+
+def test_long_prompts_out_of_memory_name_the_remedies_cheapest_first():
+    found = health.long_prompt_failures(LONG_RUN, ["INFO start", OOM], SETTINGS)
+    assert len(found) == 1
+    line = found[0]
+    assert line.startswith("long prompts (4 concurrent prompts of 16384 tokens) failed: CUDA out")
+    order = [line.index(k) for k in ("max_num_batched_tokens: 4096",
+                                     "gpu_memory_utilization: 0.85", "max_num_seqs: 3",
+                                     "w4a8: false")]
+    assert order == sorted(order)
+    assert health.long_prompt_failures(dict(LONG_RUN, ok=True, failures=[]), [], SETTINGS) == []
+    assert health.long_prompt_failures(None, [OOM], SETTINGS) == []        # it did not run
+    other = health.long_prompt_failures(LONG_RUN, [], SETTINGS)[0]         # no OOM line: say why
+    assert "HTTP 500" in other and "Remedies" not in other
+    # An OOM line in the log fails the gate even when every request got an answer.
+    assert health.long_prompt_failures(dict(LONG_RUN, ok=True), [OOM], SETTINGS)
 
 
 def test_a_slower_canary_passes_when_there_is_no_baseline_and_says_so():

@@ -75,29 +75,105 @@ def patch_at_start(line):
     return {"status": status, "line": line}
 
 
-def speed_regressions(now, before, max_drop_pct):
-    """How the new release is slower than the one before, one line each (empty: not slower by
-    more than max_drop_pct). now/before: smoke.py's "speed" ({"c1": {"tokens_per_s", "ttft_s"},
-    "cN": {...}, "concurrency": N}); nothing to compare against passes."""
+def _figure(speed, level, key):
+    value = ((speed or {}).get(level) or {}).get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def speed_regressions(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_tps=1.0):
+    """How the new release is slower than the one before, one line each (empty: not slower).
+    now/before: smoke.py's "speed" ({"c1": {"tokens_per_s", "ttft_s", ...}, "cN": {...},
+    "concurrency": N}), medians over rounds of distinct prompts. A change counts only when it is
+    worse by more than max_drop_pct AND by more than the absolute floor (ttft_floor_s seconds,
+    rate_floor_tps tokens/s): a 50-100 ms time to first token rising by 20 ms is noise on a home
+    rig, not a regression. Nothing to compare against passes."""
     found = []
     limit = float(max_drop_pct)
     for key in ("c1", "cN"):
         label = "c=1" if key == "c1" else f"c={(now or {}).get('concurrency', 'N')}"
-        new = ((now or {}).get(key) or {}).get("tokens_per_s")
-        old = ((before or {}).get(key) or {}).get("tokens_per_s")
+        new, old = _figure(now, key, "tokens_per_s"), _figure(before, key, "tokens_per_s")
         if new is not None and old:
-            drop = (float(old) - float(new)) / float(old) * 100
-            if drop > limit:
-                found.append(f"decode tokens/s at {label} fell {drop:.0f} % ({float(old):g} -> "
-                             f"{float(new):g}), more than the {limit:g} % allowed")
-    new_ttft = ((now or {}).get("c1") or {}).get("ttft_s")
-    old_ttft = ((before or {}).get("c1") or {}).get("ttft_s")
+            drop = (old - new) / old * 100
+            if drop > limit and old - new > float(rate_floor_tps):
+                found.append(f"decode tokens/s at {label} fell {drop:.0f} % ({old:g} -> "
+                             f"{new:g}), more than the {limit:g} % allowed")
+    new_ttft, old_ttft = _figure(now, "c1", "ttft_s"), _figure(before, "c1", "ttft_s")
     if new_ttft is not None and old_ttft:
-        rise = (float(new_ttft) - float(old_ttft)) / float(old_ttft) * 100
-        if rise > limit:
-            found.append(f"time to first token at c=1 rose {rise:.0f} % ({float(old_ttft):g} s -> "
-                         f"{float(new_ttft):g} s), more than the {limit:g} % allowed")
+        rise = (new_ttft - old_ttft) / old_ttft * 100
+        if rise > limit and new_ttft - old_ttft > float(ttft_floor_s):
+            found.append(f"time to first token at c=1 rose {rise:.0f} % ({old_ttft:g} s -> "
+                         f"{new_ttft:g} s), more than the {limit:g} % and "
+                         f"{float(ttft_floor_s) * 1000:g} ms allowed")
     return found
+
+
+def mtp_regressions(now, before, floor, max_drop_pct):
+    """The canary's MTP acceptance gate, one line each (empty: passed). now/before: smoke.py's
+    speed "spec_decode" ({"acceptance_rate", "mean_acceptance_length", ...} or {"unavailable"});
+    acceptance below `floor` fails, and so does a drop of more than max_drop_pct against the
+    release before. No counters (MTP off, /metrics unreadable) is no figure: nothing to judge."""
+    rate = (now or {}).get("acceptance_rate")
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool):
+        return []
+    found = []
+    length = (now or {}).get("mean_acceptance_length")
+    said = f"{rate:.2f}" + (f" (mean acceptance length {length:.2f})"
+                            if isinstance(length, (int, float)) else "")
+    if rate < float(floor):
+        found.append(f"MTP acceptance {said} is below the floor {float(floor):g}: the draft "
+                     "head accepts almost nothing (a checkpoint export that broke MTP?)")
+    old = (before or {}).get("acceptance_rate")
+    if isinstance(old, (int, float)) and not isinstance(old, bool) and old > 0:
+        drop = (old - rate) / old * 100
+        if drop > float(max_drop_pct):
+            found.append(f"MTP acceptance fell {drop:.0f} % ({old:.2f} -> {rate:.2f}), more "
+                         f"than the {float(max_drop_pct):g} % allowed")
+    return found
+
+
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
+
+
+def long_prompt_remedies(settings):
+    """What to change when long prompts run out of memory, cheapest first, each with its cost.
+    settings: the release's max_num_batched_tokens, gpu_memory_utilization, max_num_seqs, w4a8."""
+    s = settings or {}
+    out = []
+    batched = int(s.get("max_num_batched_tokens") or 0)
+    if batched > 1024:
+        out.append(f"vllm_dual_fast_max_num_batched_tokens: {batched // 2} (prefill in smaller "
+                   "chunks: the first token of a long prompt comes later)")
+    util = float(s.get("gpu_memory_utilization") or 0)
+    if util > 0.6:
+        out.append(f"vllm_dual_fast_gpu_memory_utilization: {util - 0.05:.2f} (fewer KV-cache "
+                   "blocks: fewer long prompts held and cached at once)")
+    seqs = int(s.get("max_num_seqs") or 0)
+    if seqs > 1:
+        out.append(f"vllm_dual_fast_max_num_seqs: {seqs - 1} (fewer requests served at once; "
+                   "below 4 the FlashInfer patch is not needed)")
+    if str(s.get("w4a8")).lower() == "true":
+        out.append("vllm_dual_fast_w4a8: false (no int8 activations: slower prefill and decode)")
+    return out
+
+
+def long_prompt_failures(run, log_lines, settings):
+    """The long-prompt gate, one line (empty: passed). run: smoke.py --long-prompt-tokens JSON
+    (None: it did not run); log_lines: the container's log since its start, where vLLM writes a
+    CUDA out-of-memory error; settings: see long_prompt_remedies. A restart or an Xid line fails
+    health on its own; this names the out-of-memory cause and the remedies."""
+    if run is None:
+        return []
+    oom = [line for line in log_lines or [] if any(m in line for m in OOM_MARKERS)]
+    if run.get("ok") and not oom:
+        return []
+    lp = run.get("long_prompt") or {}
+    tokens = lp.get("target_tokens") or lp.get("requested_tokens", "?")
+    what = f"{lp.get('concurrency', '?')} concurrent prompts of {tokens} tokens"
+    why = ("CUDA out of memory: " + oom[0].strip()[:160]) if oom else "; ".join(
+        (run.get("failures") or ["no output"])[:2])
+    remedies = long_prompt_remedies(settings)
+    return [f"long prompts ({what}) failed: {why}"
+            + (". Remedies, cheapest first: " + "; ".join(remedies) if oom and remedies else "")]
 
 
 def race_check_verdict(rc, mode, summary=""):
@@ -150,11 +226,16 @@ def canary_gates(inputs):
     before, no_baseline = speed_baseline(inputs.get("previous_report"),
                                          inputs.get("previous_release"))
     regressions = speed_regressions(inputs.get("speed_now"), before,
-                                    inputs.get("max_drop_pct", 10))
+                                    inputs.get("max_drop_pct", 10),
+                                    float(inputs.get("ttft_floor_ms", 50)) / 1000,
+                                    inputs.get("rate_floor_tps", 1.0))
+    mtp = mtp_regressions((inputs.get("speed_now") or {}).get("spec_decode"),
+                          before.get("spec_decode"), inputs.get("mtp_floor", 0),
+                          inputs.get("mtp_drop_pct", 100))
     verdict, line = race_check_verdict(inputs.get("race_rc"), inputs.get("race_mode", "auto"),
                                        inputs.get("race_summary", ""))
     soak_run = inputs.get("soak_run")
-    failures = (regressions + ([line] if verdict == "fail" else [])
+    failures = (regressions + mtp + ([line] if verdict == "fail" else [])
                 + _soak_failures(soak_run, inputs.get("soak_stderr")))
     gates = {
         "race_check": [verdict, line],
@@ -163,6 +244,8 @@ def canary_gates(inputs):
         "speed_before": before,
         "speed_baseline": no_baseline or f"the previous release {inputs.get('previous_release')}",
         "speed_regressions": regressions,
+        "mtp_before": before.get("spec_decode") or {},
+        "mtp_regressions": mtp,
     }
     return {"gates": gates, "failures": failures}
 
@@ -177,4 +260,5 @@ class FilterModule:
             "vllm_dual_fast_race_check_verdict": race_check_verdict,
             "vllm_dual_fast_canary_gates": canary_gates,
             "vllm_dual_fast_speed_baseline": speed_baseline,
+            "vllm_dual_fast_long_prompt_failures": long_prompt_failures,
         }

@@ -154,6 +154,19 @@ SPEC_METRICS = {"drafts": "vllm:spec_decode_num_drafts_total",
 SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 
+def _network_error(exc) -> str:
+    """'ConnectionRefusedError: [Errno 111] ...': what a request that got no HTTP answer met."""
+    reason = getattr(exc, "reason", exc)
+    return f"{type(reason).__name__}: {reason}"
+
+
+def _closed_http_error(exc) -> tuple:
+    """(status, None, 'HTTP <status>') of an HTTP error whose body is not read (it is closed)."""
+    if exc.fp:
+        exc.close()
+    return exc.code, None, f"HTTP {exc.code}"
+
+
 class Endpoint:
     """Base URL plus optional bearer key; the key stays inside the request headers."""
 
@@ -184,12 +197,9 @@ class Endpoint:
             resp = urllib.request.urlopen(req, timeout=self.timeout)  # noqa: S310
             return resp.status, resp, None
         except urllib.error.HTTPError as exc:
-            if exc.fp:
-                exc.close()
-            return exc.code, None, f"HTTP {exc.code}"
+            return _closed_http_error(exc)
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            return None, None, f"{type(reason).__name__}: {reason}"
+            return None, None, _network_error(exc)
 
     def request(self, method: str, path: str, payload=None, timeout=None):
         """(status, parsed JSON or None, error text or None); never raises for HTTP/network."""
@@ -201,8 +211,7 @@ class Endpoint:
             body = exc.read() if exc.fp else b""
             return exc.code, _parse(body), f"HTTP {exc.code}"
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            return None, None, f"{type(reason).__name__}: {reason}"
+            return None, None, _network_error(exc)
 
     def fetch_text(self, path: str, timeout=None):
         """(status, body as text or None, error text or None) of a GET answered with text
@@ -212,12 +221,9 @@ class Endpoint:
             with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:  # noqa: S310
                 return resp.status, resp.read().decode("utf-8", "replace"), None
         except urllib.error.HTTPError as exc:
-            if exc.fp:
-                exc.close()
-            return exc.code, None, f"HTTP {exc.code}"
+            return _closed_http_error(exc)
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            return None, None, f"{type(reason).__name__}: {reason}"
+            return None, None, _network_error(exc)
 
     def redact(self, text: str) -> str:
         return text.replace(self._api_key, "***") if self._api_key else text

@@ -111,17 +111,6 @@ stop_our_engine() {
   rm -f "${PIDFILE}"
 }
 
-# Package installs must not try to start services (no init system here to start them with).
-with_no_service_starts() {
-  local policy=/usr/sbin/policy-rc.d created=0
-  if [ ! -e "${policy}" ]; then
-    printf '#!/bin/sh\nexit 101\n' >"${policy}" && chmod 0755 "${policy}" && created=1
-  fi
-  local rc=0; "$@" || rc=$?
-  [ "${created}" = 1 ] && rm -f "${policy}"
-  return "${rc}"
-}
-
 # apt's machine-readable status, shown as one line per download step and per installed package.
 apt_progress() {
   apt-get -o APT::Status-Fd=3 "$@" 3>&1 >/dev/null | awk -F: '

@@ -7,16 +7,8 @@ set -euo pipefail
 
 say() { echo "host-packages: $*"; }
 
-# Package installs must not start services; an existing policy-rc.d is left as it is.
-with_no_service_starts() {
-  local policy=/usr/sbin/policy-rc.d created=0
-  if [ ! -e "${policy}" ]; then
-    printf '#!/bin/sh\nexit 101\n' >"${policy}" && chmod 0755 "${policy}" && created=1
-  fi
-  local rc=0; "$@" || rc=$?
-  [ "${created}" = 1 ] && rm -f "${policy}"
-  return "${rc}"
-}
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)

@@ -42,3 +42,15 @@ announce_new_packages() {
   for name in "${names[@]}"; do line+="${line:+, }${name} ($(package_purpose "${name}"))"; done
   echo "${who}: installing ${#names[@]} host package(s): ${line}"
 }
+
+# Package installs must not try to start services (no init system here to start them with);
+# an existing policy-rc.d is left as it is.
+with_no_service_starts() {
+  local policy=/usr/sbin/policy-rc.d created=0
+  if [ ! -e "${policy}" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"${policy}" && chmod 0755 "${policy}" && created=1
+  fi
+  local rc=0; "$@" || rc=$?
+  [ "${created}" = 1 ] && rm -f "${policy}"
+  return "${rc}"
+}

@@ -52,6 +52,16 @@ def test_a_failed_report_names_each_failure_with_what_to_do():
     assert "1 Xid line, first: NVRM: Xid" in "\n".join(lines)
 
 
+def test_mtp_long_prompts_and_downtime_share_one_line():
+    lines = summary.verdict_lines(report(
+        mtp={"mean_acceptance_length": 2.773, "acceptance_rate": 0.443}, downtime_s=12.5,
+        long_prompt={"ok": True, "concurrency": 4, "prompt_tokens": [16390, 16388]}))
+    assert ("  MTP 2.77 tokens per step (44 % of drafts accepted); long prompts: 4 at once of "
+            "16388+ tokens answered; switch downtime 12.5 s") in lines
+    failed = summary.verdict_lines(report(long_prompt={"ok": False, "concurrency": 4}))
+    assert any("long prompts: 4 at once of ?+ tokens FAILED" in line for line in failed)
+
+
 def test_an_unreadable_kernel_log_is_not_called_clean():
     lines = summary.verdict_lines(report(kernel_log_readable=False))
     assert "kernel: log not readable here, Xid lines not checked" in "\n".join(lines)

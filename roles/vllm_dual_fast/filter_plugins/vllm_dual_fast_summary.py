@@ -72,6 +72,23 @@ def verdict_lines(report, report_path=""):
                        report.get("previous_speed") or gates.get("speed_before"))
     if speed:
         lines.append("  " + speed)
+    extra = []
+    mtp = report.get("mtp") if isinstance(report.get("mtp"), dict) else {}
+    if isinstance(mtp.get("mean_acceptance_length"), (int, float)):
+        rate = mtp.get("acceptance_rate")
+        extra.append(f"MTP {mtp['mean_acceptance_length']:.2f} tokens per step"
+                     + (f" ({rate * 100:.0f} % of drafts accepted)"
+                        if isinstance(rate, (int, float)) else ""))
+    long_prompt = report.get("long_prompt") if isinstance(report.get("long_prompt"), dict) else {}
+    if long_prompt:
+        tokens = long_prompt.get("prompt_tokens") or []
+        extra.append(f"long prompts: {long_prompt.get('concurrency', '?')} at once of "
+                     f"{min(tokens) if tokens else '?'}+ tokens "
+                     + ("answered" if long_prompt.get("ok") else "FAILED"))
+    if isinstance(report.get("downtime_s"), (int, float)):
+        extra.append(f"switch downtime {report['downtime_s']:g} s")
+    if extra:
+        lines.append("  " + "; ".join(extra))
     xid = report.get("kernel_xid_lines") or []
     if xid:
         lines.append(f"  kernel: {len(xid)} Xid line{'s' if len(xid) != 1 else ''}, first: "

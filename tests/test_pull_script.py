@@ -3,10 +3,13 @@ rendered and run here with the real ansible-pull of this venv against a local gi
 and a loopback web server started by the test that accepts PUT (the fleet scenario uploads to
 nginx on a rig; this covers the script's decisions run by run)."""
 
+import base64
 import http.server
 import json
 import os
 import pathlib
+import shlex
+import stat
 import subprocess
 import sys
 import threading
@@ -14,6 +17,8 @@ import time
 
 import jinja2
 import pytest
+import yaml
+from ansible_runner import run_playbook
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "roles/vllm_dual_fast/templates/usr/local/sbin/vllm-dual-fast-pull.j2"
@@ -55,6 +60,12 @@ class Fleet:
         self.state = tmp / "state"
         self.runs = tmp / "runs.log"
         self.report = tmp / "report.json"
+        self.failed_report = tmp / "report-failed.json"
+        self.keys = Keys(tmp / "keys")
+        self.signers = tmp / "allowed_signers"
+        self.gpg_keys = tmp / "pull-gpg-keys.asc"
+        self.pull_vars = tmp / "pull-vars.yml"
+        self.pull_vars.write_text("{}\n")
         self.script = tmp / "vllm-dual-fast-pull"
         self.script.write_text(
             jinja2.Template(SCRIPT.read_text()).render(
@@ -72,38 +83,95 @@ class Fleet:
   gather_facts: false
   vars_files: [release.yml]
   tasks:
+    - name: Write a fresh report, as the verify stage does (a heartbeat)
+      ansible.builtin.copy:
+        dest: {self.report}
+        content: '{{{{ {{"host": inventory_hostname, "release": release, "healthy": true,
+                    "checked_at": now(utc=true).isoformat()}} | to_json }}}}'
+        mode: "0644"
+      when: vllm_dual_fast_stages | default([]) == ['verify']
+    - name: Stop here on a health check
+      ansible.builtin.meta: end_play
+      when: vllm_dual_fast_stages | default([]) == ['verify']
     - name: Log this apply
       ansible.builtin.shell: echo "{{{{ release }}}} {{{{ secret | default('') }}}}" >> {self.runs}
+    - name: Wait, for a test sampling what runs
+      ansible.builtin.command: sleep {{{{ slow | default(0) }}}}
+      changed_when: false
+    - name: Fail before the switch (a registry or disk failure)
+      ansible.builtin.fail:
+        msg: release {{{{ release }}}} cannot be downloaded
+      when: fails_before_switch | default(false)
+    - name: Keep the failed release's report, as the role's rollback does
+      ansible.builtin.copy:
+        dest: {self.failed_report}
+        content: '{{{{ {{"release": release, "healthy": false}} | to_json }}}}'
+        mode: "0644"
+      when: broken | default(false)
     - name: Fail when the release is broken
       ansible.builtin.fail:
         msg: release {{{{ release }}}} fails health
       when: broken | default(false)
 """)
         self.env_file = tmp / "pull.env"
+        # ansible-pull as a logging wrapper of the real one: a test sees whether it started.
+        self.bin = tmp / "bin"
+        self.bin.mkdir()
+        self.pulls = tmp / "ansible-pull-calls.log"
+        wrapper = self.bin / "ansible-pull"
+        wrapper.write_text(
+            f'#!/bin/sh\necho "$*" >>{self.pulls}\nexec {VENV_BIN}/ansible-pull "$@"\n'
+        )
+        wrapper.chmod(0o755)
+        (self.bin / "ansible-playbook").symlink_to(VENV_BIN / "ansible-playbook")
 
     def git(self, *args):
         return subprocess.run(
             GIT + ["-C", str(self.repo), *args], check=True, capture_output=True, text=True
         ).stdout.strip()
 
-    def commit(self, release: str, broken: bool = False, extra: str = "") -> str:
+    def commit(self, release: str, broken: bool = False, extra: str = "", sign="owner") -> str:
+        """A commit of release `release`, signed with SSH key `sign` ("owner", "stranger"),
+        with GPG ("gpg"), or unsigned (None)."""
         (self.repo / "release.yml").write_text(
             f"release: {release}\nbroken: {str(broken).lower()}\n{extra}"
         )
         self.git("add", "-A")
-        self.git("commit", "-qm", f"release {release}")
+        self.git(*self.keys.sign_args(sign), "commit", "-qm", f"release {release}")
         return self.git("rev-parse", "HEAD")
 
-    def settings(self, ref: str, url: str = "", vault_pass: str = ""):
+    def settings(self, ref: str, url: str = "", vault_pass: str = "", repo: str = "", **more):
         vault_file = self.tmp / "vault-pass"
         if vault_pass:
             vault_file.write_text(vault_pass + "\n")
-        self.env_file.write_text(
-            f"VDF_PULL_REPO=file://{self.repo}\nVDF_PULL_REF={ref}\nVDF_PULL_PLAYBOOK=pull.yml\n"
-            f"VDF_PULL_REPORT_URL={url}\nVDF_PULL_STATE_DIR={self.state}\n"
-            f"VDF_PULL_REPORT={self.report}\nVDF_PULL_ANSIBLE_BIN={VENV_BIN}\n"
-            f"VDF_PULL_VAULT_PASS_FILE={vault_file}\n"
-        )
+        self.signers.write_text(f'owner namespaces="git" {self.keys.public("owner")}\n')
+        self.gpg_keys.write_text(self.keys.gpg_public())
+        values = {
+            "VDF_PULL_REPO": repo or f"file://{self.repo}",
+            "VDF_PULL_REF": ref,
+            "VDF_PULL_PLAYBOOK": "pull.yml",
+            "VDF_PULL_REPORT_URL": url,
+            "VDF_PULL_STATE_DIR": self.state,
+            "VDF_PULL_REPORT": self.report,
+            "VDF_PULL_FAILED_REPORT": self.failed_report,
+            "VDF_PULL_ANSIBLE_BIN": self.bin,
+            "VDF_PULL_VAULT_PASS_FILE": vault_file,
+            "VDF_PULL_RIG": "rig-a",
+            "VDF_PULL_ALLOWED_SIGNERS": self.signers,
+            "VDF_PULL_GPG_KEYS": self.gpg_keys,
+            "VDF_PULL_VARS": self.pull_vars,
+            "VDF_PULL_RETRY_BASE_S": 0,
+            "VDF_PULL_RETRY_MAX_S": 3600,
+            "VDF_PULL_CHECK_TIMEOUT_S": 0,
+        }
+        values.update(more)
+        self.env_file.write_text("".join(f"{k}={shlex.quote(str(v))}\n" for k, v in values.items()))
+
+    def ansible_pull_calls(self) -> int:
+        return len(self.pulls.read_text().splitlines()) if self.pulls.exists() else 0
+
+    def pull_state(self) -> dict:
+        return json.loads((self.state / "pull.json").read_text())
 
     def run(self):
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
@@ -111,12 +179,103 @@ class Fleet:
         env["HOME"] = str(self.tmp)
         # python3 here is a pyenv shim Ansible's discovery cannot run (a rig's is /usr/bin's).
         env["ANSIBLE_PYTHON_INTERPRETER"] = sys.executable
+        env.pop("GNUPGHOME", None)  # the script's own keyring, not the signer's
         return subprocess.run(
             [str(self.script)], env=env, capture_output=True, text=True, timeout=300, cwd=self.tmp
         )
 
+    def start(self):
+        """The script running in the background (a test samples what runs meanwhile)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+        env.update(
+            VDF_PULL_ENV=str(self.env_file),
+            HOME=str(self.tmp),
+            ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        )
+        env.pop("GNUPGHOME", None)
+        return subprocess.Popen(
+            [str(self.script)],
+            env=env,
+            cwd=self.tmp,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
     def applied_releases(self):
         return self.runs.read_text().split("\n")[:-1] if self.runs.exists() else []
+
+
+class Keys:
+    """Real signing keys: SSH keys "owner" (allowed) and "stranger" (not), and a GPG key."""
+
+    def __init__(self, folder: pathlib.Path):
+        folder.mkdir()
+        self.folder = folder
+        for name in ("owner", "stranger"):
+            subprocess.run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    name,
+                    "-f",
+                    str(folder / name),
+                ],
+                check=True,
+            )
+        self.gnupg = folder / "gnupg"
+        self.gnupg.mkdir(mode=0o700)
+        subprocess.run(
+            [
+                "gpg",
+                "--batch",
+                "--quiet",
+                "--pinentry-mode",
+                "loopback",
+                "--passphrase",
+                "",
+                "--quick-gen-key",
+                "gpg-owner@fleet",
+                "ed25519",
+                "sign",
+                "never",
+            ],
+            check=True,
+            env={**os.environ, "GNUPGHOME": str(self.gnupg)},
+            capture_output=True,
+        )
+
+    def public(self, name: str) -> str:
+        return (self.folder / f"{name}.pub").read_text().strip()
+
+    def gpg_public(self) -> str:
+        return subprocess.run(
+            ["gpg", "--armor", "--export", "gpg-owner@fleet"],
+            check=True,
+            text=True,
+            capture_output=True,
+            env={**os.environ, "GNUPGHOME": str(self.gnupg)},
+        ).stdout
+
+    def sign_args(self, sign) -> list:
+        if sign is None:
+            return ["-c", "commit.gpgsign=false"]
+        if sign == "gpg":
+            os.environ["GNUPGHOME"] = str(self.gnupg)  # git's gpg finds the secret key here
+            return ["-c", "commit.gpgsign=true", "-c", "user.signingkey=gpg-owner@fleet"]
+        return [
+            "-c",
+            "commit.gpgsign=true",
+            "-c",
+            "gpg.format=ssh",
+            "-c",
+            f"user.signingkey={self.folder / sign}",
+        ]
 
 
 @pytest.fixture
@@ -292,3 +451,339 @@ def test_a_second_run_while_one_holds_the_lock_exits_2(fleet):
     assert result.returncode == 2
     assert "another run holds the lock" in result.stdout
     assert fleet.applied_releases() == []
+
+
+# --- signatures: only commits an allowed signer signed run ------------------------------------
+
+
+def test_a_commit_signed_with_an_allowed_gpg_key_applies(fleet):
+    commit = fleet.commit("r1", sign="gpg")
+    fleet.git("tag", "live")
+    fleet.settings("live")
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert fleet.applied_releases() == ["r1 "]
+    assert fleet.pull_state()["state"] == "applied"
+    assert "gpg-owner@fleet" in fleet.pull_state()["signer"]
+    assert (fleet.state / "applied").read_text().strip() == commit
+    assert "--verify-commit" in fleet.pulls.read_text()
+
+
+@pytest.mark.parametrize(
+    ("sign", "signer", "reason"),
+    [(None, "", "not signed"), ("stranger", "SHA256:", "No principal matched")],
+)
+def test_an_unsigned_or_unknown_signers_commit_is_refused_and_nothing_of_it_runs(
+    fleet, sign, signer, reason
+):
+    server = PutServer()
+    fleet.commit("r1")
+    fleet.git("tag", "live")
+    fleet.settings("live", url=server.url())
+    assert fleet.run().returncode == 0
+    bad = fleet.commit("r2-evil", sign=sign)
+    fleet.git("tag", "-f", "live")
+    first, second = fleet.run(), fleet.run()
+    assert (first.returncode, second.returncode) == (1, 1)
+    assert fleet.applied_releases() == ["r1 "]  # nothing of the refused commit ran
+    assert fleet.ansible_pull_calls() == 1  # ansible-pull never started for it
+    assert f"refused live ({bad})" in first.stderr
+    assert "refused here" in second.stderr and "until the ref moves" in second.stderr
+    pull = json.loads(server.bodies["/reports/rig-a.json"])["pull"]
+    assert (pull["state"], pull["commit"]) == ("refused", bad)
+    assert pull["signer"].startswith(signer) and reason in pull["reason"]
+    good = fleet.commit("r3")
+    fleet.git("tag", "-f", "live")
+    assert fleet.run().returncode == 0
+    assert fleet.applied_releases() == ["r1 ", "r3 "]
+    assert fleet.pull_state()["commit"] == good
+    server.shutdown()
+
+
+def test_a_signer_added_to_the_allowed_list_lets_a_refused_commit_apply(fleet):
+    fleet.commit("r1", sign="stranger")
+    fleet.git("tag", "live")
+    fleet.settings("live")
+    assert fleet.run().returncode == 1
+    fleet.signers.write_text(
+        fleet.signers.read_text() + f'stranger namespaces="git" {fleet.keys.public("stranger")}\n'
+    )
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert fleet.applied_releases() == ["r1 "]
+
+
+def test_a_gpg_key_removed_from_the_list_no_longer_verifies(fleet):
+    fleet.commit("r1", sign="gpg")
+    fleet.git("tag", "live")
+    fleet.settings("live")
+    assert fleet.run().returncode == 0
+    fleet.commit("r2", sign="gpg")
+    fleet.git("tag", "-f", "live")
+    fleet.gpg_keys.write_text("")  # the owner rotated the GPG key out
+    assert fleet.run().returncode == 1
+    assert fleet.pull_state()["state"] == "refused"
+    assert fleet.applied_releases() == ["r1 "]
+
+
+# --- failures: before the switch retried, a failed release waits for the ref -----------------
+
+
+def test_a_failed_release_is_recorded_as_release_failed(fleet):
+    commit = fleet.commit("r1", broken=True)
+    fleet.git("tag", "live")
+    fleet.settings("live")
+    assert fleet.run().returncode == 1
+    pull = fleet.pull_state()
+    assert (pull["state"], pull["commit"]) == ("release-failed", commit)
+    assert (fleet.state / "failed").read_text().strip() == commit
+
+
+def test_a_failure_before_the_switch_is_retried_with_a_growing_delay(fleet):
+    commit = fleet.commit("r1", extra="fails_before_switch: true\n")
+    fleet.git("tag", "live")
+    fleet.settings("live", VDF_PULL_RETRY_BASE_S=600)
+    first = fleet.run()
+    assert first.returncode == 1
+    pull = fleet.pull_state()
+    assert (pull["state"], pull["commit"], pull["attempts"]) == ("failed", commit, 1)
+    assert "before the switch" in pull["reason"] and "next_try" in pull
+    assert not (fleet.state / "failed").exists()  # not marked failed: tried again
+    waiting = fleet.run()
+    assert waiting.returncode == 1 and "next try in" in waiting.stderr
+    assert fleet.ansible_pull_calls() == 1  # the delay is not over: nothing started
+    key, attempts, next_try = (fleet.state / "retry").read_text().split()
+    (fleet.state / "retry").write_text(f"{key} {attempts} 0\n")  # as if the delay passed
+    before = time.time()
+    assert fleet.run().returncode == 1
+    assert fleet.ansible_pull_calls() == 2
+    _, attempts, next_try = (fleet.state / "retry").read_text().split()
+    assert attempts == "2" and int(next_try) - before >= 1200 - 5  # the delay doubled
+    fleet.git("rm", "-q", "release.yml")
+    fixed = fleet.commit("r1")  # the owner fixed the release; the ref moves
+    fleet.git("tag", "-f", "live")
+    assert fleet.run().returncode == 0
+    assert (fleet.state / "applied").read_text().strip() == fixed
+    assert not (fleet.state / "retry").exists()
+
+
+def test_a_change_of_the_rigs_pull_vars_applies_while_the_commit_stays(fleet):
+    fleet.commit("r1")
+    fleet.git("tag", "live")
+    fleet.settings("live")
+    assert fleet.run().returncode == 0
+    assert fleet.run().returncode == 0
+    fleet.pull_vars.write_text("vllm_dual_fast_max_num_seqs: 4\n")
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "applying live" in result.stdout
+    assert fleet.applied_releases() == ["r1 ", "r1 "]
+
+
+def test_a_release_failed_under_old_vars_is_tried_again_with_new_vars(fleet):
+    fleet.commit("r1", broken=True)
+    fleet.git("tag", "live")
+    fleet.settings("live")
+    assert fleet.run().returncode == 1
+    assert fleet.run().returncode == 1
+    fleet.pull_vars.write_text("vllm_dual_fast_max_num_seqs: 4\n")
+    fleet.run()
+    assert fleet.applied_releases() == ["r1 ", "r1 "]
+
+
+# --- heartbeats and identity ------------------------------------------------------------------
+
+
+def test_with_nothing_to_apply_a_health_check_refreshes_the_report(fleet):
+    server = PutServer()
+    fleet.commit("r1")
+    fleet.git("tag", "live")
+    fleet.settings("live", url=server.url(), VDF_PULL_CHECK_TIMEOUT_S=120)
+    fleet.report.write_text(json.dumps({"host": "rig-a", "checked_at": "2020-01-01T00:00:00Z"}))
+    assert fleet.run().returncode == 0
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "health check exit 0" in result.stdout
+    uploaded = json.loads(server.bodies["/reports/rig-a.json"])
+    assert uploaded["checked_at"] > "2026"  # a new checked_at, not 2020's
+    assert uploaded["pull"]["state"] == "unchanged"
+    server.shutdown()
+
+
+def test_the_rig_is_named_by_its_settings_not_its_hostname(fleet):
+    server = PutServer()
+    fleet.commit("r1")
+    fleet.git("tag", "live")
+    fleet.settings("live", url=server.url(), VDF_PULL_RIG="club-rig-7")
+    assert fleet.run().returncode == 0
+    (path,) = server.bodies
+    assert path == "/reports/club-rig-7.json"
+    assert json.loads(server.bodies[path])["host"] == "club-rig-7"
+    assert "--limit club-rig-7" in fleet.pulls.read_text()
+
+
+# --- secrets: neither the repository token nor the report URL leaks ---------------------------
+
+TOKEN = "ghp_fleetTOKEN0123456789"  # noqa: S105 (the test server's own)
+SIGNATURE = "X-Amz-Signature=presignedSIG0123456789"
+
+
+class AuthGitServer(http.server.ThreadingHTTPServer):
+    """git's dumb HTTP transport over loopback, answering only with Basic auth fleet:TOKEN,
+    each request a little slow so a test can see what runs meanwhile."""
+
+    def __init__(self, git_dir: pathlib.Path):
+        expected = "Basic " + base64.b64encode(f"fleet:{TOKEN}".encode()).decode()
+        self.authorized = 0
+        server = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, directory=str(git_dir), **kwargs)
+
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                time.sleep(0.2)
+                if self.headers.get("Authorization") != expected:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="fleet"')
+                    self.end_headers()
+                    return
+                server.authorized += 1
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def _sample_ps(process, seen: set):
+    while process.poll() is None:
+        seen.update(
+            subprocess.run(
+                ["ps", "-eo", "args"], capture_output=True, text=True
+            ).stdout.splitlines()
+        )
+        time.sleep(0.05)
+
+
+def test_neither_the_repository_token_nor_the_report_url_reaches_argv_or_a_readable_file(fleet):
+    fleet.commit("r1", extra="slow: 2\n")
+    fleet.git("tag", "live")
+    fleet.git("update-server-info")  # the dumb transport's refs list
+    git_server, reports = AuthGitServer(fleet.repo / ".git"), PutServer()
+    port = git_server.server_address[1]
+    report_url = f"{reports.url()}rig-a.json?X-Amz-Credential=fleet&{SIGNATURE}"
+    fleet.settings(
+        "live",
+        url=report_url,
+        repo=f"http://fleet:{TOKEN}@127.0.0.1:{port}/",
+    )
+    seen = set()
+    process = fleet.start()
+    _sample_ps(process, seen)
+    out, err = process.communicate()
+    assert process.returncode == 0, out + err
+    assert git_server.authorized > 0  # git got the token, from the credentials file
+    assert fleet.applied_releases() == ["r1 "]
+    assert any("ansible-pull" in args for args in seen)  # the sampling saw the run
+    for secret in (TOKEN, SIGNATURE):
+        assert not [args for args in seen if secret in args]
+        assert secret not in out + err  # the journal gets stdout and stderr
+    assert [path for path in reports.bodies if SIGNATURE in path]  # the upload used the URL
+    assert stat.S_IMODE(fleet.state.stat().st_mode) == 0o700
+    assert stat.S_IMODE((fleet.state / "checkout").stat().st_mode) == 0o700
+    holders = set()
+    for path in fleet.state.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path  # root's alone
+            data = path.read_bytes()
+            if TOKEN.encode() in data or SIGNATURE.encode() in data:
+                holders.add(path.name)
+    assert holders == {"git-credentials", "curl.conf"}
+    for config in (fleet.state / "checkout/.git/config", fleet.state / "repo.git/config"):
+        assert "127.0.0.1" not in config.read_text()  # no remote URL kept, with or without token
+    git_server.shutdown()
+    reports.shutdown()
+
+
+# --- the role's own checks of pull mode's variables (tasks/pull_mode.yml) ---------------------
+
+PULL_TASKS = ROOT / "roles/vllm_dual_fast/tasks/pull_mode.yml"
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFleetOwnerKeyForTheTestOnly0123456789abcd owner"
+GOOD = {
+    "vllm_dual_fast_pull_repo_url": "https://git.example.org/club/fleet.git",
+    "vllm_dual_fast_pull_ref": "fleet-live",
+    "vllm_dual_fast_pull_allowed_signers": [{"name": "owner", "ssh_key": SSH_KEY}],
+    "vllm_dual_fast_pull_gpg_keys": [],
+}
+
+
+def _checks(tmp_path, **changes):
+    """Runs pull_mode.yml's "Refuse ..." checks alone with GOOD's variables changed."""
+    tasks = [t for t in yaml.safe_load(PULL_TASKS.read_text()) if t["name"].startswith("Refuse")]
+    play = [
+        {
+            "name": "Pull mode's checks",
+            "hosts": "all",
+            "gather_facts": False,
+            "vars": {**GOOD, **changes},
+            "tasks": tasks,
+        }
+    ]
+    result, output = run_playbook(tmp_path, play)
+    return result.returncode, output
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://git.example.org/club/fleet.git",
+        "ssh://git@git.example.org/club/fleet.git",
+        "git@git.example.org:club/fleet.git",
+        "/srv/fleet",
+    ],
+)
+def test_https_ssh_scp_like_and_local_urls_are_accepted(tmp_path, url):
+    rc, output = _checks(tmp_path, vllm_dual_fast_pull_repo_url=url)
+    assert rc == 0, output
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://git.example.org/club/fleet.git",
+        "git://git.example.org/club/fleet.git",
+        "file:///srv/fleet",
+        "relative/fleet",
+        "ftp://git.example.org/fleet",
+    ],
+)
+def test_other_urls_are_refused(tmp_path, url):
+    rc, output = _checks(tmp_path, vllm_dual_fast_pull_repo_url=url)
+    assert rc != 0
+    assert "http:// and git:// are refused" in output
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"vllm_dual_fast_pull_allowed_signers": []},
+        {"vllm_dual_fast_pull_allowed_signers": [{"name": "two words", "ssh_key": SSH_KEY}]},
+        {"vllm_dual_fast_pull_allowed_signers": [{"name": "owner", "ssh_key": "not a key"}]},
+        {"vllm_dual_fast_pull_allowed_signers": [], "vllm_dual_fast_pull_gpg_keys": ["junk"]},
+    ],
+)
+def test_pull_mode_without_a_valid_signer_is_refused(tmp_path, changes):
+    rc, output = _checks(tmp_path, **changes)
+    assert rc != 0
+    assert "applies only signed commits" in output
+
+
+def test_a_gpg_key_alone_is_a_signer(tmp_path):
+    armored = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZ\n-----END PGP PUBLIC KEY BLOCK-----"
+    rc, output = _checks(
+        tmp_path, vllm_dual_fast_pull_allowed_signers=[], vllm_dual_fast_pull_gpg_keys=[armored]
+    )
+    assert rc == 0, output

@@ -2,7 +2,7 @@
 """Fleet report of a rollout: one row per rig (standard library only, Python 3.9+).
 
     python3 fleet_report.py --reports DIR [--pulled DIR] [--state-dir DIR] [--hosts A,B,...]
-                            --out DIR [--print]
+                            [--stale-after SECONDS] --out DIR [--print]
 
 Inputs
   --reports DIR  the per-rig health reports the role writes on the controller, DIR/<host>.json
@@ -10,18 +10,24 @@ Inputs
                  failures, smoke, kernel_xid_lines, patch_status, patch_report, checked_at, ...).
                  Top-level *.json only; this tool's own fleet-*.json and JSON objects without a
                  "host" key are skipped; a file that is not JSON becomes a row saying so.
-  --pulled DIR   the same reports as uploaded by rigs that pull (same shape, plus "pull": {ref,
-                 commit, rc, at} of the run that uploaded it); a folder that does
-                 not exist yet counts as empty. Per host the report with the newest checked_at
-                 wins (ISO 8601; no offset counts as UTC; on a tie or an unreadable time,
-                 --reports).
+  --pulled DIR   the same reports as uploaded by rigs that pull (same shape, plus "pull": {state,
+                 ref, commit, rc, at, signer, reason, next_try} of the run that uploaded it, as
+                 the pull script writes it); a folder that does not exist yet counts as empty.
+                 A report whose "host" is not its file name (DIR/<host>.json, where the rig was
+                 let upload) is kept under the file name and flagged (host_mismatch, its
+                 reason, a footer line), never taken as the rig it names. Per host the report
+                 with the newest checked_at wins (ISO 8601; no offset counts as UTC; on a tie
+                 or an unreadable time, --reports).
   --state-dir DIR  the rollout's state, one file per rig, DIR/<host>.json holding that rig's
                  object as playbooks/tasks/rollout_record.yml writes it: {host, state, reason,
                  release, previous_release, previous_speed, at, history}. Its "host" key, else
                  the file name, names the rig; state is one of STATES; every key is optional
                  and at and history are not read. A rig in the state but without a report still
                  gets its row; a rig with a report but no state is "healthy" or "unhealthy" as its
-                 report says, or "pull-failed" when the pull run that uploaded it failed.
+                 report says, "pull-refused" when the pull run that uploaded it refused the
+                 ref's commit (unsigned, or no allowed signer: the row names commit and signer),
+                 "pull-failed" when that run failed (before the switch: its reason and next try;
+                 or the release failed and was rolled back), or "stale" (--stale-after).
                  With a state, only the rigs in it or in --hosts are taken from --reports (the
                  folder keeps reports of rigs no longer rolled out to); --pulled rigs are all
                  kept.
@@ -36,6 +42,11 @@ Inputs
                  are the inventory, as before: every rig found there is a row and is counted
                  (with --state-dir, the pushed reports of rigs in no state are left out).
 
+  --stale-after SECONDS  a pulled rig without a rollout state whose newest news is older is
+                 "stale" (counted in the footer, with a line naming them): the news is the
+                 report's checked_at, or the pull run's "at" when that run was refused or failed.
+                 Default 4200: two runs of the pull timer (every 30 minutes) plus its 600 s
+                 random delay; a fleet with another schedule passes its own.
   --rollout FILE what the rollout was, as playbooks/tasks/rollout_info.yml writes it: {started_at,
                  ended_at (absent while it runs), controller_commit, controller_dirty, target:
                  {image, model, model_revision, patch_enabled}, canary: [hosts], batches: [[hosts]],
@@ -79,7 +90,13 @@ STATES = ("updated", "unchanged", "rolled-back", "failed", "lost", "not-reached"
 # Rigs that did not answer at the end of the rollout: what they serve is not known now.
 UNANSWERED = ("unreachable", "lost")
 # Without a rollout state: what the rig's own report says.
-DERIVED_STATES = ("healthy", "unhealthy", "no-report", "pull-failed")
+DERIVED_STATES = ("healthy", "unhealthy", "no-report", "pull-failed", "pull-refused", "stale")
+# A pulled rig uploads on every timer run (every 30 minutes, plus up to 600 s of random delay):
+# two runs missed, and its newest report is stale.
+STALE_AFTER_S = 2 * 1800 + 600
+# The pull script's states (its "pull": {state, ...}) that are a refusal, or a failure.
+PULL_REFUSED = ("refused",)
+PULL_FAILED = ("failed", "release-failed")
 PATCH_CLASSES = {"patched": "patched", "already-patched": "patched",
                  "upstream-fixed": "upstream-fixed", "unpatched": "pinned"}
 REASON_CHARS = 160
@@ -204,20 +221,75 @@ def _pull(report) -> dict:
 
 
 def _pull_failed(report) -> bool:
-    rc = _pull(report).get("rc")
-    return isinstance(rc, int) and not isinstance(rc, bool) and rc != 0
+    pull = _pull(report)
+    if pull.get("state") in PULL_FAILED:
+        return True
+    rc = pull.get("rc")
+    return (pull.get("state") not in PULL_REFUSED and isinstance(rc, int)
+            and not isinstance(rc, bool) and rc != 0)
 
 
-def state_of(report, state) -> str:
-    """The rig's state: the rollout's when it has one, else from its report (a pulled rig whose
-    last run failed has rolled back, or never switched: its report is the release before)."""
+def _pull_refused(report) -> bool:
+    return _pull(report).get("state") in PULL_REFUSED
+
+
+def _pulled(report) -> bool:
+    return bool(report) and (report.get("_from") == "pulled" or bool(_pull(report)))
+
+
+def staleness(report, now=None, stale_after=STALE_AFTER_S):
+    """(age in seconds or None, what) when a pulled rig's newest news is older than
+    `stale_after` seconds before `now`, else None. The news is the report's checked_at (its
+    health), or the pull run's own "at" when that run was refused or failed (it checked no
+    health, but the rig is alive). A pushed report, or no `now`, is never stale."""
+    if now is None or not _pulled(report):
+        return None
+    what = "pull run" if _pull_refused(report) or _pull_failed(report) else "health check"
+    when = parse_time(_pull(report).get("at") if what == "pull run" else report.get("checked_at"))
+    age = None if when is None else (now - when).total_seconds()
+    if age is not None and age <= stale_after:
+        return None
+    return age, what
+
+
+def state_of(report, state, now=None, stale_after=STALE_AFTER_S) -> str:
+    """The rig's state: the rollout's when it has one, else from its report: stale (a pulled rig
+    with no news for `stale_after` seconds), refused or failed pull (a failed one has rolled
+    back, or never switched: its report is the release before), unhealthy or healthy."""
     if isinstance(state, dict) and state.get("state"):
         return state["state"]
     if not report or report.get("_unreadable"):
         return "no-report"
+    if staleness(report, now, stale_after):
+        return "stale"
+    if _pull_refused(report):
+        return "pull-refused"
     if _pull_failed(report):
         return "pull-failed"
     return "unhealthy" if _healthy(report) is False else "healthy"
+
+
+def pull_reason(report) -> str:
+    """One line on the pull run that uploaded `report`: refused (commit, signer, why), failed
+    before the switch (why, next try), or the release failed (what it still serves)."""
+    pull = _pull(report)
+    commit = str(pull.get("commit") or "?")[:12]
+    serving = _text(report.get("release")) or "nothing"
+    if _pull_refused(report):
+        return (f"refused {pull.get('ref')} at {commit}: {pull.get('reason') or 'not allowed'} "
+                f"(signer: {pull.get('signer') or 'none'}); serving {serving}")
+    if pull.get("state") == "failed":
+        retry = f"; next try {pull['next_try']}" if pull.get("next_try") else ""
+        return (f"pull of {pull.get('ref')} at {commit} failed before the switch: "
+                f"{pull.get('reason') or 'no reason given'}{retry}; serving {serving}")
+    return (f"pull of {pull.get('ref')} at {commit} failed (exit {pull.get('rc')}); "
+            f"serving {serving}")
+
+
+def _ago(seconds) -> str:
+    if seconds is None:
+        return "at no readable time"
+    return f"{seconds / 3600:.1f} h ago" if seconds >= 3600 else f"{seconds / 60:.0f} min ago"
 
 
 def _text(value):
@@ -227,16 +299,19 @@ def _text(value):
 NO_STATE = "the rollout recorded no state for this rig"
 
 
-def row_for(host: str, report=None, state=None, missing_state=False) -> dict:
+def row_for(host: str, report=None, state=None, missing_state=False, now=None,
+            stale_after=STALE_AFTER_S) -> dict:
     """One rig's row from its merged report (None: none) and its rollout state (None: none);
     missing_state: the rig belongs to a rollout that recorded nothing for it (said in the
-    reason when nothing else is)."""
+    reason when nothing else is). now: the time pulled rigs' staleness is judged at (None:
+    none is stale)."""
     report = report or {}
     state = state or {}
+    stale = None if state.get("state") else staleness(report, now, stale_after)
     patch_report = report.get("patch_report") if isinstance(report.get("patch_report"),
                                                             dict) else {}
     smoke = report.get("smoke") if isinstance(report.get("smoke"), dict) else {}
-    now = speed_figures(smoke.get("speed"))
+    speed = speed_figures(smoke.get("speed"))
     before = speed_figures(state.get("previous_speed"))
     raw_patch = _text(report.get("patch_status")) or _text(patch_report.get("status"))
     mtp = report.get("mtp") if isinstance(report.get("mtp"), dict) else {}
@@ -244,18 +319,27 @@ def row_for(host: str, report=None, state=None, missing_state=False) -> dict:
     reason = _text(state.get("reason"))
     if reason is None and report.get("_unreadable"):
         reason = report["_unreadable"]
-    elif reason is None and _pull_failed(report):
-        pull = _pull(report)
-        reason = (f"pull of {pull.get('ref')} at {str(pull.get('commit'))[:12]} failed "
-                  f"(exit {pull['rc']}); serving {_text(report.get('release')) or 'nothing'}")
+    elif reason is None and stale:
+        age, what = stale
+        last = ("pull " + pull_reason(report) if what == "pull run" else
+                f"{'unhealthy' if _healthy(report) is False else 'healthy'}, serving "
+                f"{_text(report.get('release')) or 'nothing'}")
+        reason = (f"stale: newest {what} {_ago(age)} (over {stale_after:.0f} s); "
+                  f"last known: {last}")
+    elif reason is None and (_pull_refused(report) or _pull_failed(report)):
+        reason = pull_reason(report)
     elif reason is None and report and _healthy(report) is False:
         failures = report.get("failures")
         reason = one_line(failures) if failures else "unhealthy (no failure named)"
     if reason is None and missing_state and not state:
         reason = NO_STATE
+    claimed = report.get("_host_mismatch")
+    if claimed:
+        reason = (f"report names host {claimed!r}, not the {host!r} it was uploaded as"
+                  + (f"; {reason}" if reason else ""))
     return {
         "host": host,
-        "state": state_of(report, state),
+        "state": state_of(report, state, now, stale_after),
         "release": _text(report.get("release")) or _text(state.get("release")),
         "previous_release": _text(state.get("previous_release")),
         "image": _text(report.get("image")),
@@ -263,11 +347,11 @@ def row_for(host: str, report=None, state=None, missing_state=False) -> dict:
         "flashinfer_version": _text(patch_report.get("flashinfer_version")),
         "patch": patch_class(raw_patch),
         "patch_status": raw_patch,
-        "tokens_per_s_c1": now["c1"],
+        "tokens_per_s_c1": speed["c1"],
         "previous_tokens_per_s_c1": before["c1"],
-        "tokens_per_s_c4": now["c4"],
+        "tokens_per_s_c4": speed["c4"],
         "previous_tokens_per_s_c4": before["c4"],
-        "c4_concurrency": now["c4_concurrency"],
+        "c4_concurrency": speed["c4_concurrency"],
         "xid_count": len(xid) if isinstance(xid, list) else None,
         # MTP over the speed run (smoke.py's spec-decode counters), and the switch's downtime.
         "mtp_acceptance_rate": _number(mtp.get("acceptance_rate")),
@@ -277,6 +361,10 @@ def row_for(host: str, report=None, state=None, missing_state=False) -> dict:
         "checked_at": _text(report.get("checked_at")),
         "report_from": report.get("_from"),
         "pull_commit": _text(_pull(report).get("commit")),
+        "pull_state": _text(_pull(report).get("state")),
+        "pull_signer": _text(_pull(report).get("signer")),
+        "stale": bool(stale),
+        "host_mismatch": _text(claimed),
         "reason": one_line(reason) if reason else None,
     }
 
@@ -310,9 +398,17 @@ def footer(rows) -> dict:
     if pinned:
         lines.append("Serving with FlashInfer's plan buffer still pinned (vllm#40756 exposed): "
                      + ", ".join(pinned) + ".")
+    stale = [r["host"] for r in rows if r["state"] == "stale"]
+    if stale:
+        lines.append(f"Stale (pulled rigs with no news within the threshold: off, offline or "
+                     f"no longer pulling): {len(stale)}: " + ", ".join(stale) + ".")
+    mismatched = [r["host"] for r in rows if r.get("host_mismatch")]
+    if mismatched:
+        lines.append("Reports naming another host than the one they were uploaded as: "
+                     + ", ".join(mismatched) + ".")
     return {"rigs": len(rows), "states": counts, "reachable": len(reachable),
             "patch_droppable": droppable, "patch_holding": [r["host"] for r in holding],
-            "pinned": pinned, "lines": lines}
+            "pinned": pinned, "stale": len(stale), "host_mismatch": mismatched, "lines": lines}
 
 
 CHANGED = ("updated",)
@@ -450,6 +546,11 @@ def load_report_dir(folder: str, label: str, missing_ok: bool = False) -> tuple:
             if not isinstance(host, str) or not host:
                 notes.append(f"{label}: {name} skipped (not a rig report: no host)")
                 continue
+            if host != stem:
+                # The file name is where the rig was let upload (its own URL): a report naming
+                # another rig is kept under the file's name, flagged, never as that other rig.
+                report["_host_mismatch"] = host
+                host = stem
         report["_from"] = label
         if newer(report, reports.get(host)):
             reports[host] = report
@@ -503,19 +604,21 @@ def split_hosts(found, hosts) -> tuple:
 
 
 def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None, hosts=(),
-                rollout=False, record=None) -> dict:
+                rollout=False, record=None, now=None, stale_after=STALE_AFTER_S) -> dict:
     """The fleet report: one row per rig of `hosts` (the rollout's rigs), sorted by host, and
     the rigs of the reports or the state outside it listed apart ("not_in_inventory", not in
     the footer); without `hosts`, one row per rig in the reports or the state. rollout: the
     state is a rollout's, so a rig of `hosts` missing from it says so. record: what the rollout
-    was (--rollout), giving "rollout" and its "outcome"."""
+    was (--rollout), giving "rollout" and its "outcome". now, stale_after: pulled rigs with no
+    news for stale_after seconds before now are "stale" (now None: none is)."""
     inside, apart = split_hosts(set(reports) | set(state), hosts)
-    rows = [row_for(h, reports.get(h), state.get(h), missing_state=rollout and bool(hosts))
-            for h in inside]
+    rows = [row_for(h, reports.get(h), state.get(h), missing_state=rollout and bool(hosts),
+                    now=now, stale_after=stale_after) for h in inside]
     return {"generated_at": generated_at, "inputs": inputs or {}, "rows": rows,
             "rollout": record or {}, "outcome": rollout_outcome(record, rows) if record else None,
             "footer": footer(rows),
-            "not_in_inventory": [row_for(h, reports.get(h), state.get(h)) for h in apart]}
+            "not_in_inventory": [row_for(h, reports.get(h), state.get(h), now=now,
+                                         stale_after=stale_after) for h in apart]}
 
 
 def _write(path: str, text: str) -> None:
@@ -547,6 +650,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "found in the folders is a row and is counted")
     parser.add_argument("--rollout", metavar="FILE",
                         help="what the rollout was (rollout_info.yml's file): its lines first")
+    parser.add_argument("--stale-after", type=float, default=STALE_AFTER_S, metavar="SECONDS",
+                        help="a pulled rig whose newest report is older is stale (default "
+                             f"{STALE_AFTER_S}: two 30-minute timer runs plus the 600 s random "
+                             "delay)")
     parser.add_argument("--out", required=True, metavar="DIR", help="where fleet-*.json/md go")
     parser.add_argument("--print", action="store_true", help="print the Markdown on stdout")
     return parser
@@ -592,7 +699,8 @@ def main(argv=None) -> int:
                             now.isoformat(timespec="seconds").replace("+00:00", "Z"),
                             {"reports": args.reports, "pulled": args.pulled,
                              "state": args.state_dir, "hosts": hosts},
-                            hosts=hosts, rollout=bool(args.state_dir), record=record)
+                            hosts=hosts, rollout=bool(args.state_dir), record=record,
+                            now=now, stale_after=args.stale_after)
         paths = write_fleet(fleet, args.out, now.strftime("%Y%m%dT%H%M%SZ"))
     except Exception as exc:  # noqa: BLE001 (unexpected: say so, exit 1)
         sys.stderr.write(f"fleet_report: error: {type(exc).__name__}: {exc}\n")

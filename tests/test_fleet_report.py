@@ -9,6 +9,7 @@ fleet = load_file_module("fleet_report")
 
 SPEED_NOW = {"c1": {"tokens_per_s": 41.0, "ttft_s": 0.3}, "cN": {"tokens_per_s": 30.0},
              "concurrency": 4, "max_tokens": 256}
+NOW = fleet.parse_time("2026-12-01T12:00:00Z")
 SPEED_BEFORE = {"c1": {"tokens_per_s": 50.0}, "cN": {"tokens_per_s": 30.0}, "concurrency": 4}
 
 
@@ -180,7 +181,9 @@ def test_footer_counts_every_row_whatever_its_state():
                for i, s in enumerate(fleet.STATES)]
     derived = [fleet.row_for("h", report("h")), fleet.row_for("u", report("u", healthy=False)),
                fleet.row_for("n", None),
-               fleet.row_for("p", report("p", pull={"ref": "x", "commit": "c", "rc": 2}))]
+               fleet.row_for("p", report("p", pull={"ref": "x", "commit": "c", "rc": 2})),
+               fleet.row_for("r", report("r", pull={"state": "refused", "commit": "c"})),
+               fleet.row_for("s", report("s", pull={"state": "applied"}), now=NOW)]
     result = fleet.footer(derived + rollout)
     assert list(result["states"]) == list(fleet.STATES + fleet.DERIVED_STATES)
     assert sum(result["states"].values()) == result["rigs"] == len(derived + rollout)
@@ -206,6 +209,10 @@ def test_markdown_has_one_row_per_rig_and_escapes_cells():
 # --- CLI ---------------------------------------------------------------------------------------
 
 def run(capsys, *argv):
+    """fleet_report.py's main on argv; the fixtures' reports are days old, so staleness (its own
+    tests give --stale-after) is judged with a threshold they never reach."""
+    if "--stale-after" not in argv:
+        argv = (*argv, "--stale-after", 10 ** 9)
     code = fleet.main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
@@ -613,3 +620,121 @@ def test_rows_carry_mtp_acceptance_and_the_switch_downtime(tmp_path):
     assert bare["mtp_acceptance_length"] is None and bare["downtime_s"] is None
     md = fleet.render_markdown(fleet.build_fleet({"a": rig}, {}, "now"))
     assert "| MTP | Down s |" in md and "| 2.77 (44 %) | 12.4 |" in md
+
+
+# --- pull mode: refused, failed before the switch, stale, and who uploaded ---------------------
+
+COMMIT = "cd34" * 10
+
+
+def pulled_report(host, pull, checked_at="2026-12-01T11:50:00Z", **extra):
+    return report(host, checked_at, _from="pulled", pull=dict({"ref": "fleet-live"}, **pull),
+                  **extra)
+
+
+def test_a_refused_commit_is_a_pull_refused_row_with_the_commit_and_the_signer():
+    refused = pulled_report("a", {"state": "refused", "commit": COMMIT, "rc": 1,
+                                  "signer": "SHA256:abc", "reason": "No principal matched.",
+                                  "at": "2026-12-01T11:55:00Z"})
+    row = fleet.row_for("a", refused, now=NOW)
+    assert (row["state"], row["pull_commit"], row["pull_signer"]) == (
+        "pull-refused", COMMIT, "SHA256:abc")
+    assert row["reason"] == (f"refused fleet-live at {COMMIT[:12]}: No principal matched. "
+                             "(signer: SHA256:abc); serving rel-a")
+    unsigned = pulled_report("b", {"state": "refused", "commit": COMMIT, "signer": "",
+                                   "reason": "not signed", "at": "2026-12-01T11:55:00Z"})
+    assert "not signed (signer: none)" in fleet.row_for("b", unsigned, now=NOW)["reason"]
+    assert fleet.footer([row])["states"] == {"pull-refused": 1}
+
+
+def test_a_failure_before_the_switch_is_pull_failed_with_its_reason_and_next_try():
+    failed = pulled_report("a", {"state": "failed", "commit": COMMIT, "rc": 1,
+                                 "reason": "cannot fetch the fleet repository: timeout",
+                                 "next_try": "2026-12-01T12:40:00+00:00",
+                                 "at": "2026-12-01T11:55:00Z"})
+    row = fleet.row_for("a", failed, now=NOW)
+    assert row["state"] == "pull-failed"
+    assert row["reason"] == (f"pull of fleet-live at {COMMIT[:12]} failed before the switch: "
+                             "cannot fetch the fleet repository: timeout; next try "
+                             "2026-12-01T12:40:00+00:00; serving rel-a")
+    rolled_back = pulled_report("b", {"state": "release-failed", "commit": COMMIT, "rc": 1,
+                                      "at": "2026-12-01T11:55:00Z"})
+    assert fleet.row_for("b", rolled_back, now=NOW)["state"] == "pull-failed"
+
+
+@pytest.mark.parametrize("checked_at, pull_at, state", [
+    ("2026-12-01T11:00:00Z", "2026-12-01T11:59:00Z", "healthy"),   # 1 h: fresh enough
+    ("2026-12-01T10:00:00Z", "2026-12-01T11:59:00Z", "stale"),     # 2 h: fresh upload, old health
+    ("not a time", "2026-12-01T11:59:00Z", "stale"),
+])
+def test_a_pulled_rig_whose_newest_health_check_is_old_is_stale(checked_at, pull_at, state):
+    rig = pulled_report("a", {"state": "unchanged", "commit": COMMIT, "rc": 0, "at": pull_at},
+                        checked_at=checked_at)
+    row = fleet.row_for("a", rig, now=NOW, stale_after=fleet.STALE_AFTER_S)
+    assert (row["state"], row["stale"]) == (state, state == "stale")
+    if state == "stale" and checked_at.startswith("2026"):
+        assert row["reason"] == ("stale: newest health check 2.0 h ago (over 4200 s); "
+                                 "last known: healthy, serving rel-a")
+
+
+def test_a_refused_rig_is_stale_only_once_its_pull_runs_stop():
+    pull = {"state": "refused", "commit": COMMIT, "signer": "", "reason": "not signed"}
+    alive = pulled_report("a", dict(pull, at="2026-12-01T11:50:00Z"), checked_at="2026-11-01")
+    gone = pulled_report("a", dict(pull, at="2026-12-01T09:00:00Z"), checked_at="2026-11-01")
+    assert fleet.row_for("a", alive, now=NOW)["state"] == "pull-refused"
+    row = fleet.row_for("a", gone, now=NOW)
+    assert row["state"] == "stale"
+    assert row["reason"].startswith("stale: newest pull run 3.0 h ago")
+    assert "last known: pull refused fleet-live" in row["reason"]
+
+
+def test_a_pushed_report_or_a_rollout_state_is_never_stale():
+    pushed = report("a", "2026-01-01T00:00:00Z")
+    assert fleet.row_for("a", pushed, now=NOW)["state"] == "healthy"
+    old_pull = pulled_report("b", {"state": "applied", "at": "2026-01-01"}, "2026-01-01")
+    assert fleet.row_for("b", old_pull, {"state": "updated"}, now=NOW)["state"] == "updated"
+
+
+def test_cli_stale_after_marks_and_counts_stale_rigs(tmp_path, capsys):
+    reports = write_reports(tmp_path / "reports")
+    pulled = write_reports(tmp_path / "pulled",
+                           pulled_report("fresh", {"state": "unchanged"},
+                                         checked_at=fleet.datetime.datetime.now(
+                                             fleet.datetime.timezone.utc).isoformat()),
+                           pulled_report("old", {"state": "unchanged"},
+                                         checked_at="2026-01-01T00:00:00Z"))
+    code, out, err = run(capsys, "--reports", reports, "--pulled", pulled, "--out",
+                         tmp_path / "o", "--stale-after", 600, "--print")
+    assert code == 0, err
+    [written] = (tmp_path / "o").glob("fleet-*.json")
+    result = json.loads(written.read_text())
+    states = {row["host"]: row["state"] for row in result["rows"]}
+    assert states == {"fresh": "healthy", "old": "stale"}
+    assert result["footer"]["stale"] == 1 and result["footer"]["states"]["stale"] == 1
+    assert "| old | stale |" in out
+    assert "1 stale" in out and "Stale (pulled rigs" in out
+
+
+def test_the_default_threshold_is_two_timer_runs_and_the_random_delay(tmp_path):
+    assert fleet.STALE_AFTER_S == 2 * 1800 + 600
+    assert fleet.build_parser().parse_args(["--reports", "r", "--out", "o"]).stale_after == 4200
+
+
+def test_a_report_naming_another_host_than_its_file_is_flagged_under_the_file_name(tmp_path,
+                                                                                   capsys):
+    reports = write_reports(tmp_path / "reports")
+    pulled = tmp_path / "pulled"
+    write_reports(pulled, report("rig-b"))
+    (pulled / "rig-a.json").write_text(json.dumps(report("rig-b", "2026-12-02T00:00:00Z",
+                                                         release="rel-forged")))
+    code, out, err = run(capsys, "--reports", reports, "--pulled", pulled, "--out",
+                         tmp_path / "o")
+    assert code == 0, err
+    [written] = (tmp_path / "o").glob("fleet-*.json")
+    result = json.loads(written.read_text())
+    rows = {row["host"]: row for row in result["rows"]}
+    assert rows["rig-b"]["release"] == "rel-rig-b"  # the forged report did not replace it
+    assert rows["rig-b"]["host_mismatch"] is None
+    assert rows["rig-a"]["host_mismatch"] == "rig-b"
+    assert rows["rig-a"]["reason"].startswith("report names host 'rig-b', not the 'rig-a'")
+    assert result["footer"]["host_mismatch"] == ["rig-a"]

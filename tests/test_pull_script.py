@@ -89,10 +89,10 @@ class Fleet:
         content: '{{{{ {{"host": inventory_hostname, "release": release, "healthy": true,
                     "checked_at": now(utc=true).isoformat()}} | to_json }}}}'
         mode: "0644"
-      when: vllm_dual_fast_stages | default([]) == ['verify']
+      when: vllm_dual_fast_stages | default([]) == ['preflight', 'verify']
     - name: Stop here on a health check
       ansible.builtin.meta: end_play
-      when: vllm_dual_fast_stages | default([]) == ['verify']
+      when: vllm_dual_fast_stages | default([]) == ['preflight', 'verify']
     - name: Log this apply
       ansible.builtin.shell: echo "{{{{ release }}}} {{{{ secret | default('') }}}}" >> {self.runs}
     - name: Wait, for a test sampling what runs

@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import pathlib
+import platform
 import shlex
 import stat
 import subprocess
@@ -619,7 +620,7 @@ def test_the_rig_is_named_by_its_settings_not_its_hostname(fleet):
     (path,) = server.bodies
     assert path == "/reports/club-rig-7.json"
     assert json.loads(server.bodies[path])["host"] == "club-rig-7"
-    assert "--limit club-rig-7" in fleet.pulls.read_text()
+    assert "--inventory localhost,club-rig-7, --limit club-rig-7" in fleet.pulls.read_text()
 
 
 # --- secrets: neither the repository token nor the report URL leaks ---------------------------
@@ -787,3 +788,31 @@ def test_a_gpg_key_alone_is_a_signer(tmp_path):
         tmp_path, vllm_dual_fast_pull_allowed_signers=[], vllm_dual_fast_pull_gpg_keys=[armored]
     )
     assert rc == 0, output
+
+
+def test_a_repository_that_cannot_be_fetched_is_a_failure_before_the_switch(fleet):
+    fleet.commit("r1")
+    fleet.git("tag", "live")
+    fleet.settings("live", repo=str(fleet.tmp / "no-such-repository"))
+    result = fleet.run()
+    assert result.returncode == 1
+    pull = fleet.pull_state()
+    assert pull["state"] == "failed"
+    assert pull["reason"].startswith("cannot fetch the fleet repository: ")
+    assert fleet.ansible_pull_calls() == 0
+    assert not (fleet.state / "failed").exists()
+    fleet.settings("live")  # the repository is back
+    assert fleet.run().returncode == 0
+    assert fleet.applied_releases() == ["r1 "]
+
+
+def test_a_rig_named_like_its_machine_checks_out_once(fleet):
+    # ansible-pull's checkout step runs for every inventory host named like this machine or
+    # localhost: the rig alone then, or two clones would race into one folder.
+    fleet.commit("r1")
+    fleet.git("tag", "live")
+    fleet.settings("live", VDF_PULL_RIG=platform.node())
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"--inventory {platform.node()}, " in fleet.pulls.read_text()
+    assert fleet.applied_releases() == ["r1 "]

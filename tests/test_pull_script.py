@@ -25,6 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "roles/vllm_dual_fast/templates/usr/local/sbin/vllm-dual-fast-pull.j2"
 VENV_BIN = pathlib.Path(sys.executable).parent
 VAULT_PASSWORD = "fleet-vault-password"  # noqa: S105 (the test vault's own)
+RIG_A_PASSWORD = "rig-a-password"  # noqa: S105 (the test vault's own)
 GIT = ["git", "-c", "user.name=fleet", "-c", "user.email=fleet@localhost"]
 
 
@@ -82,7 +83,9 @@ class Fleet:
   hosts: all
   connection: local
   gather_facts: false
-  vars_files: [release.yml]
+  vars_files:
+    - release.yml
+    - ["host_vars/{{{{ inventory_hostname }}}}.yml", release.yml]  # as playbooks/pull.yml
   tasks:
     - name: Write a fresh report, as the verify stage does (a heartbeat)
       ansible.builtin.copy:
@@ -343,15 +346,15 @@ def test_a_ref_the_repository_lacks_applies_nothing(fleet):
     assert fleet.applied_releases() == []
 
 
-def _vaulted(secret: str, tmp: pathlib.Path) -> str:
+def _vaulted(secret: str, tmp: pathlib.Path, vault_id: str = "", password=VAULT_PASSWORD) -> str:
     password_file = tmp / "encrypt-pass"
-    password_file.write_text(VAULT_PASSWORD)
+    password_file.write_text(password)
     return subprocess.run(
         [
             str(VENV_BIN / "ansible-vault"),
             "encrypt_string",
-            "--vault-password-file",
-            str(password_file),
+            "--vault-id",
+            f"{vault_id}@{password_file}" if vault_id else str(password_file),
             secret,
             "--name",
             "secret",
@@ -816,3 +819,21 @@ def test_a_rig_named_like_its_machine_checks_out_once(fleet):
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"--inventory {platform.node()}, " in fleet.pulls.read_text()
     assert fleet.applied_releases() == ["r1 "]
+
+
+def test_each_rig_reads_only_its_own_vaulted_host_vars_with_its_own_vault_id(fleet):
+    # The layout the README gives: host_vars/<rig>.yml vaulted with --vault-id <rig>@...
+    (fleet.repo / "host_vars").mkdir()
+    (fleet.repo / "host_vars/rig-a.yml").write_text(
+        _vaulted("rig-a-token", fleet.tmp, "rig-a", RIG_A_PASSWORD)
+    )
+    (fleet.repo / "host_vars/rig-b.yml").write_text(
+        _vaulted("rig-b-token", fleet.tmp, "rig-b", "rig-b-password")  # noqa: S106
+    )
+    fleet.commit("r1")
+    fleet.git("tag", "live")
+    fleet.settings("live", vault_pass=RIG_A_PASSWORD)
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert fleet.applied_releases() == ["r1 rig-a-token"]
+    assert "--vault-id rig-a@" in fleet.pulls.read_text()

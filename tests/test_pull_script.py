@@ -837,3 +837,48 @@ def test_each_rig_reads_only_its_own_vaulted_host_vars_with_its_own_vault_id(fle
     assert result.returncode == 0, result.stdout + result.stderr
     assert fleet.applied_releases() == ["r1 rig-a-token"]
     assert "--vault-id rig-a@" in fleet.pulls.read_text()
+
+
+def test_the_roles_signer_files_verify_the_owners_commits(fleet, tmp_path):
+    # pull_mode.yml's own "Write the allowed ..." tasks, into this test's folder.
+    tasks = [
+        t
+        for t in yaml.safe_load(PULL_TASKS.read_text())
+        if t["name"].startswith("Write the allowed")
+    ]
+    signers, gpg_keys = tmp_path / "allowed_signers", tmp_path / "pull-gpg-keys.asc"
+    for task in tasks:
+        task["ansible.builtin.copy"].update(owner=None, group=None)
+    play = [
+        {
+            "name": "Pull mode's signer files",
+            "hosts": "all",
+            "gather_facts": False,
+            "vars": {
+                "_vllm_dual_fast_pull_allowed_signers_file": str(signers),
+                "_vllm_dual_fast_pull_gpg_keys_file": str(gpg_keys),
+                "vllm_dual_fast_pull_allowed_signers": [
+                    {"name": "owner", "ssh_key": fleet.keys.public("owner")},
+                    {"name": "deputy", "ssh_key": SSH_KEY},
+                ],
+                "vllm_dual_fast_pull_gpg_keys": [fleet.keys.gpg_public()],
+            },
+            "tasks": tasks,
+        }
+    ]
+    result, output = run_playbook(tmp_path, play)
+    assert result.returncode == 0, output
+    assert stat.S_IMODE(signers.stat().st_mode) == 0o644
+    fleet.commit("r1")
+    fleet.git("tag", "ssh")
+    fleet.commit("r2", sign="gpg")
+    fleet.git("tag", "live")
+    fleet.settings("ssh")
+    fleet.signers.write_text(signers.read_text())
+    fleet.gpg_keys.write_text(gpg_keys.read_text())
+    assert fleet.run().returncode == 0
+    fleet.settings("live")
+    fleet.signers.write_text(signers.read_text())
+    fleet.gpg_keys.write_text(gpg_keys.read_text())
+    assert fleet.run().returncode == 0
+    assert fleet.applied_releases() == ["r1 ", "r2 "]

@@ -47,6 +47,7 @@ build_image() {  # tag context base-tag [build-arg ...]
   hash="$(inputs_hash "${context}")-$(docker image inspect -f '{{.Id}}' "${base}" | cut -c8-19)-$(echo "$*" | sha256sum | cut -c1-8)"
   if image_is_current "${tag}" "${hash}"; then echo "build-images: ${tag} is current"; return 0; fi
   echo "build-images: building ${tag} (a minute or two: apt inside the build)"
+  local replaced; replaced="$(docker image inspect -f '{{.Id}}' "${tag}" 2>/dev/null || true)"
   # Where HTTPS leaves through a re-signing proxy, its CA is handed to the build's pip step.
   DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=${base}" "${extra[@]}" \
     --build-arg "EXTRA_CA_CERTS=$(cat /usr/local/share/ca-certificates/*.crt 2>/dev/null || true)" \
@@ -54,6 +55,10 @@ build_image() {  # tag context base-tag [build-arg ...]
     | { grep -v -e 'legacy builder is deprecated' -e 'Install the buildx component' -e 'docs.docker.com/go/buildx' \
         -e 'BuildKit is currently disabled' -e '^ *environment-variable\.$' -e '^ *$' || true; } >&2
   echo "build-images: ${tag} built"
+  # The image the tag named before is left untagged: removed, unless a container still uses it.
+  if [ -n "${replaced}" ] && [ "${replaced}" != "$(docker image inspect -f '{{.Id}}' "${tag}")" ]; then
+    docker rmi "${replaced}" >/dev/null 2>&1 || true
+  fi
 }
 
 if ! command -v debootstrap >/dev/null; then

@@ -284,7 +284,13 @@ class Keys:
 
 @pytest.fixture
 def fleet(tmp_path):
-    return Fleet(tmp_path)
+    yield Fleet(tmp_path)
+    # gpg starts an agent per home folder that outlives the test, each holding inotify
+    # instances: 60 of them used up the 128 a user may have, and the Molecule rigs' systemd,
+    # started after pytest in make test, could no longer start.
+    for home in tmp_path.rglob("gnupg"):
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], check=False,
+                       capture_output=True)
 
 
 def test_a_release_is_applied_once_then_nothing_is_done_while_the_ref_stays(fleet):
@@ -911,3 +917,14 @@ def test_ssh_signers_alone_verify_with_the_roles_empty_gpg_key_file(fleet, tmp_p
     run = fleet.run()
     assert run.returncode == 0, run.stdout + run.stderr
     assert fleet.applied_releases() == ["r1 "]
+
+
+def test_no_gpg_agent_outlives_a_run(fleet):
+    fleet.commit("r1", sign="gpg")
+    fleet.git("tag", "live")
+    fleet.settings("live")
+    assert fleet.run().returncode == 0
+    home = str(fleet.state / "gnupg")
+    agents = subprocess.run(["pgrep", "-f", f"gpg-agent --homedir {home}"], capture_output=True,
+                            text=True, check=False)
+    assert agents.stdout.strip() == "", "the pull run left a gpg-agent running"

@@ -896,10 +896,14 @@ def test_serving_stages_stop_in_preflight_without_a_usable_driver(
 # --- the driver install: a background job followed until it ends -------------------------------
 
 FAKE_DPKG_QUERY = """#!/bin/bash
-# dpkg-query --show --showformat=... PKG...: the packages listed in $FAKE_ROOT/installed are "ii".
+# dpkg-query --show --showformat=... PKG...: the packages listed in $FAKE_ROOT/installed are "ii",
+# or "hi" when also listed in $FAKE_ROOT/held (apt-mark hold, what the role does to the driver).
 rc=0
 for pkg in "${@:3}"; do
-  if grep -qx "${pkg}" "${FAKE_ROOT}/installed" 2>/dev/null; then echo "${pkg} ii "
+  held=$(grep -qx "${pkg}" "${FAKE_ROOT}/held" 2>/dev/null && echo 1)
+  if [ -n "${held}" ] && grep -qx "${pkg}" "${FAKE_ROOT}/installed"; then
+    echo "${pkg} hi "
+  elif grep -qx "${pkg}" "${FAKE_ROOT}/installed" 2>/dev/null; then echo "${pkg} ii "
   else echo "dpkg-query: no packages found matching ${pkg}" >&2; rc=1; fi
 done
 exit "${rc}"
@@ -1009,3 +1013,15 @@ def test_driver_install_in_check_mode_names_the_packages_and_installs_nothing(tm
     assert "Check mode: would install nvidia-driver" in out, out
     assert recap(out)["changed"] == 1, out
     assert not (root / "apt-calls").exists(), out
+
+
+def test_held_driver_packages_count_as_installed(tmp_path):
+    # The role holds the driver packages after installing them; dpkg then says `hi`, and the
+    # driver scenario's idempotence run started a second install of every held package.
+    root = install_world(tmp_path)
+    (root / "installed").write_text("linux-headers-amd64\nnvidia-driver\n")
+    (root / "held").write_text("nvidia-driver\n")
+    result, out = run_driver_install(tmp_path, root)
+    assert result.returncode == 0, out
+    assert recap(out)["changed"] == 0, out
+    assert not (root / "apt-calls").exists() or not (root / "apt-calls").read_text().strip(), out

@@ -845,35 +845,29 @@ def test_each_rig_reads_only_its_own_vaulted_host_vars_with_its_own_vault_id(fle
     assert "--vault-id rig-a@" in fleet.pulls.read_text()
 
 
-def test_the_roles_signer_files_verify_the_owners_commits(fleet, tmp_path):
-    # pull_mode.yml's own "Write the allowed ..." tasks, into this test's folder.
-    tasks = [
-        t
-        for t in yaml.safe_load(PULL_TASKS.read_text())
-        if t["name"].startswith("Write the allowed")
-    ]
-    signers, gpg_keys = tmp_path / "allowed_signers", tmp_path / "pull-gpg-keys.asc"
+def render_signer_files(tmp_path, ssh_signers, gpg_keys):
+    """pull_mode.yml's own "Write the allowed ..." tasks run into tmp_path: (allowed signers
+    file, GPG keys file)."""
+    tasks = [t for t in yaml.safe_load(PULL_TASKS.read_text())
+             if t["name"].startswith("Write the allowed")]
+    signers, keys = tmp_path / "allowed_signers", tmp_path / "pull-gpg-keys.asc"
     for task in tasks:
         task["ansible.builtin.copy"].update(owner=None, group=None)
-    play = [
-        {
-            "name": "Pull mode's signer files",
-            "hosts": "all",
-            "gather_facts": False,
-            "vars": {
-                "_vllm_dual_fast_pull_allowed_signers_file": str(signers),
-                "_vllm_dual_fast_pull_gpg_keys_file": str(gpg_keys),
-                "vllm_dual_fast_pull_allowed_signers": [
-                    {"name": "owner", "ssh_key": fleet.keys.public("owner")},
-                    {"name": "deputy", "ssh_key": SSH_KEY},
-                ],
-                "vllm_dual_fast_pull_gpg_keys": [fleet.keys.gpg_public()],
-            },
-            "tasks": tasks,
-        }
-    ]
+    play = [{"name": "Pull mode's signer files", "hosts": "all", "gather_facts": False,
+             "vars": {"_vllm_dual_fast_pull_allowed_signers_file": str(signers),
+                      "_vllm_dual_fast_pull_gpg_keys_file": str(keys),
+                      "vllm_dual_fast_pull_allowed_signers": ssh_signers,
+                      "vllm_dual_fast_pull_gpg_keys": gpg_keys},
+             "tasks": tasks}]
     result, output = run_playbook(tmp_path, play)
     assert result.returncode == 0, output
+    return signers, keys
+
+
+def test_the_roles_signer_files_verify_the_owners_commits(fleet, tmp_path):
+    signers, gpg_keys = render_signer_files(
+        tmp_path, [{"name": "owner", "ssh_key": fleet.keys.public("owner")},
+                   {"name": "deputy", "ssh_key": SSH_KEY}], [fleet.keys.gpg_public()])
     assert stat.S_IMODE(signers.stat().st_mode) == 0o644
     fleet.commit("r1")
     fleet.git("tag", "ssh")
@@ -895,20 +889,8 @@ def test_ssh_signers_alone_verify_with_the_roles_empty_gpg_key_file(fleet, tmp_p
     # a file holding one newline. gpg 2.4 (Debian 13 rigs) refuses to import it, and every run
     # failed there; gpg 2.2 on this machine imports it without a word, so only the fleet
     # scenario shows that failure: this guards the SSH-only path around it.
-    tasks = [t for t in yaml.safe_load(PULL_TASKS.read_text())
-             if t["name"].startswith("Write the allowed")]
-    signers, gpg_keys = tmp_path / "allowed_signers", tmp_path / "pull-gpg-keys.asc"
-    for task in tasks:
-        task["ansible.builtin.copy"].update(owner=None, group=None)
-    play = [{"name": "Pull mode's signer files, SSH only", "hosts": "all", "gather_facts": False,
-             "vars": {"_vllm_dual_fast_pull_allowed_signers_file": str(signers),
-                      "_vllm_dual_fast_pull_gpg_keys_file": str(gpg_keys),
-                      "vllm_dual_fast_pull_allowed_signers": [
-                          {"name": "owner", "ssh_key": fleet.keys.public("owner")}],
-                      "vllm_dual_fast_pull_gpg_keys": []},
-             "tasks": tasks}]
-    result, output = run_playbook(tmp_path, play)
-    assert result.returncode == 0, output
+    signers, gpg_keys = render_signer_files(
+        tmp_path, [{"name": "owner", "ssh_key": fleet.keys.public("owner")}], [])
     fleet.commit("r1")
     fleet.git("tag", "live")
     fleet.settings("live")

@@ -895,22 +895,9 @@ def test_serving_stages_stop_in_preflight_without_a_usable_driver(
 
 # --- the driver install: a background job followed until it ends -------------------------------
 
-FAKE_DPKG_QUERY = """#!/bin/bash
-# dpkg-query --show --showformat=... PKG...: the packages listed in $FAKE_ROOT/installed are "ii",
-# or "hi" when also listed in $FAKE_ROOT/held (apt-mark hold, what the role does to the driver).
-rc=0
-for pkg in "${@:3}"; do
-  held=$(grep -qx "${pkg}" "${FAKE_ROOT}/held" 2>/dev/null && echo 1)
-  if [ -n "${held}" ] && grep -qx "${pkg}" "${FAKE_ROOT}/installed"; then
-    echo "${pkg} hi "
-  elif grep -qx "${pkg}" "${FAKE_ROOT}/installed" 2>/dev/null; then echo "${pkg} ii "
-  else echo "dpkg-query: no packages found matching ${pkg}" >&2; rc=1; fi
-done
-exit "${rc}"
-"""
-
 # apt-get install as on a DKMS host: apt's own lines for a while, then a silent module build
-# whose make.log grows, then (unless FAKE_APT_FAIL) the packages are installed.
+# whose make.log grows, then (unless FAKE_APT_FAIL) the packages are installed: written into the
+# private dpkg database (DPKG_ADMINDIR), where the real dpkg-query the role runs reads them.
 FAKE_APT_GET = """#!/bin/bash
 echo "$*" >> "${FAKE_ROOT}/apt-calls"
 echo "Reading package lists..."
@@ -923,25 +910,37 @@ if [ -n "${FAKE_APT_FAIL:-}" ]; then
   echo "E: Sub-process /usr/bin/dpkg returned an error code (1)"; exit 100
 fi
 for arg in "$@"; do
-  case "${arg}" in -*|install|*=*) ;; *) echo "${arg}" >> "${FAKE_ROOT}/installed" ;; esac
+  case "${arg}" in -*|install|*=*) ;; *)
+    printf 'Package: %s\nStatus: install ok installed\nArchitecture: amd64\n%b\n\n' "${arg}" \
+      'Version: 550.163.01-2\nMaintainer: x <x@x>\nDescription: double' \
+      >> "${DPKG_ADMINDIR}/status" ;;
+  esac
 done
 """
 
 
-def install_world(tmp_path):
+def install_world(tmp_path, installed=("linux-headers-amd64",), held=()):
+    """A rig for the install: the apt-get stand-in on PATH and a private dpkg database holding
+    `installed` (`held` ones on hold, as the role leaves the driver) for the real dpkg-query."""
     root = tmp_path / "rig"
     bin_dir = root / "bin"
     bin_dir.mkdir(parents=True)
-    for name, text in (("dpkg-query", FAKE_DPKG_QUERY), ("apt-get", FAKE_APT_GET)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
+    (bin_dir / "apt-get").write_text(FAKE_APT_GET)
+    (bin_dir / "apt-get").chmod(0o755)
+    dpkg_world(root, list(installed), list(held))
     # A failed build of an earlier run left its log: it must not be shown as this run's.
     stale = root / "dkms/nvidia-current/535.261.03/build/make.log"
     stale.parent.mkdir(parents=True)
     stale.write_text("stale line of an old build\n")
     os.utime(stale, (1_700_000_000, 1_700_000_000))
-    (root / "installed").write_text("linux-headers-amd64\n")
     return root
+
+
+def dpkg_shows(root, package):
+    """What the real dpkg-query says of a package in the rig's private database."""
+    return subprocess.run(["dpkg-query", f"--admindir={root / 'dpkg'}", "--show",
+                           "--showformat=${db:Status-Abbrev}", package],
+                          capture_output=True, text=True, check=False).stdout.strip()
 
 
 def run_driver_install(tmp_path, root, args=(), fail=False):
@@ -954,6 +953,7 @@ def run_driver_install(tmp_path, root, args=(), fail=False):
     env = {
         "PATH": f"{root / 'bin'}:{os.environ['PATH']}",
         "FAKE_ROOT": str(root),
+        "DPKG_ADMINDIR": str(root / "dpkg"),
         "ANSIBLE_ASYNC_DIR": str(tmp_path / "async"),
     }
     if fail:
@@ -1003,7 +1003,8 @@ def test_driver_install_that_fails_fails_the_task_with_apts_error(tmp_path):
     assert recap(out)["failed"] == 1, out
     assert re.search(r"the driver install \(nvidia-driver\) failed \(rc 100\)", out), out
     assert "E: Sub-process /usr/bin/dpkg returned an error code (1)" in out, out
-    assert (root / "installed").read_text() == "linux-headers-amd64\n"
+    assert dpkg_shows(root, "nvidia-driver") == ""
+    assert dpkg_shows(root, "linux-headers-amd64") == "ii"
 
 
 def test_driver_install_in_check_mode_names_the_packages_and_installs_nothing(tmp_path):
@@ -1018,9 +1019,9 @@ def test_driver_install_in_check_mode_names_the_packages_and_installs_nothing(tm
 def test_held_driver_packages_count_as_installed(tmp_path):
     # The role holds the driver packages after installing them; dpkg then says `hi`, and the
     # driver scenario's idempotence run started a second install of every held package.
-    root = install_world(tmp_path)
-    (root / "installed").write_text("linux-headers-amd64\nnvidia-driver\n")
-    (root / "held").write_text("nvidia-driver\n")
+    root = install_world(tmp_path, installed=("linux-headers-amd64", "nvidia-driver"),
+                         held=("nvidia-driver",))
+    assert dpkg_shows(root, "nvidia-driver") == "hi"      # what the real dpkg says of a hold
     result, out = run_driver_install(tmp_path, root)
     assert result.returncode == 0, out
     assert recap(out)["changed"] == 0, out

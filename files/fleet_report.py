@@ -437,9 +437,7 @@ def rollout_outcome(rollout, rows) -> str:
         return f"Stopped: {one_line(rollout['stop_reason'], 140)}."
     if not batches:
         return "Nothing switched: no rig was staged."
-    counts = {}
-    for row in rows:
-        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    counts = footer(rows)["states"]
     left = ", ".join(f"{n} {s}" for s, n in counts.items() if s not in CHANGED)
     return (f"Every reachable rig updated ({counts.get('updated', 0)} updated"
             + (f"; {left}" if left else "") + ").")

@@ -60,6 +60,12 @@ def test_mtp_long_prompts_and_downtime_share_one_line():
             "16388+ tokens answered; switch downtime 12.5 s") in lines
     failed = summary.verdict_lines(report(long_prompt={"ok": False, "concurrency": 4}))
     assert any("long prompts: 4 at once of ?+ tokens FAILED" in line for line in failed)
+    # What smoke.py records when the engine ran out of memory: no usage on any request.
+    oom = summary.verdict_lines(report(healthy=False, failures=["long prompts (...) failed"],
+                                       long_prompt={"ok": False, "concurrency": 4,
+                                                    "target_tokens": 16384,
+                                                    "prompt_tokens": [None] * 4}))
+    assert any("long prompts: 4 at once of 16384+ tokens FAILED" in line for line in oom)
 
 
 def test_an_unreadable_kernel_log_is_not_called_clean():

@@ -81,9 +81,11 @@ def verdict_lines(report, report_path=""):
                         if isinstance(rate, (int, float)) else ""))
     long_prompt = report.get("long_prompt") if isinstance(report.get("long_prompt"), dict) else {}
     if long_prompt:
-        tokens = long_prompt.get("prompt_tokens") or []
+        # A request that failed has no usage: null among the counts.
+        tokens = [n for n in long_prompt.get("prompt_tokens") or [] if isinstance(n, int)]
+        size = min(tokens) if tokens else long_prompt.get("target_tokens") or "?"
         extra.append(f"long prompts: {long_prompt.get('concurrency', '?')} at once of "
-                     f"{min(tokens) if tokens else '?'}+ tokens "
+                     f"{size}+ tokens "
                      + ("answered" if long_prompt.get("ok") else "FAILED"))
     if isinstance(report.get("downtime_s"), (int, float)):
         extra.append(f"switch downtime {report['downtime_s']:g} s")

@@ -415,10 +415,11 @@ CHANGED = ("updated",)
 STOPPING = ("rolled-back", "failed", "lost")
 
 
-def rollout_outcome(rollout, rows) -> str:
-    """How the rollout ended, in one sentence, from its record and the rigs' rows: still
-    running, stopped at the canary or a batch (the first rig of the earliest batch that rolled
-    back, failed or was lost, with its reason), or every reachable rig updated."""
+def rollout_outcome(rollout, rows, counts) -> str:
+    """How the rollout ended, in one sentence, from its record, the rigs' rows and the footer's
+    counts per state: still running, stopped at the canary or a batch (the first rig of the
+    earliest batch that rolled back, failed or was lost, with its reason), every reachable rig
+    updated (each one updated or unchanged), or ended with some rigs neither."""
     rollout = rollout if isinstance(rollout, dict) else {}
     by_host = {row["host"]: row for row in rows}
     batches = [b for b in (rollout.get("batches") or []) if isinstance(b, list)]
@@ -437,10 +438,11 @@ def rollout_outcome(rollout, rows) -> str:
         return f"Stopped: {one_line(rollout['stop_reason'], 140)}."
     if not batches:
         return "Nothing switched: no rig was staged."
-    counts = footer(rows)["states"]
     left = ", ".join(f"{n} {s}" for s, n in counts.items() if s not in CHANGED)
-    return (f"Every reachable rig updated ({counts.get('updated', 0)} updated"
-            + (f"; {left}" if left else "") + ").")
+    detail = f"{counts.get('updated', 0)} updated" + (f"; {left}" if left else "")
+    done = all(row["state"] in CHANGED + ("unchanged",) + UNANSWERED for row in rows)
+    return (f"Every reachable rig updated ({detail})." if done
+            else f"Ended with rigs not updated ({detail}).")
 
 
 def rollout_lines(rollout, outcome) -> list:
@@ -612,9 +614,11 @@ def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None, host
     inside, apart = split_hosts(set(reports) | set(state), hosts)
     rows = [row_for(h, reports.get(h), state.get(h), missing_state=rollout and bool(hosts),
                     now=now, stale_after=stale_after) for h in inside]
+    counted = footer(rows)
     return {"generated_at": generated_at, "inputs": inputs or {}, "rows": rows,
-            "rollout": record or {}, "outcome": rollout_outcome(record, rows) if record else None,
-            "footer": footer(rows),
+            "rollout": record or {},
+            "outcome": rollout_outcome(record, rows, counted["states"]) if record else None,
+            "footer": counted,
             "not_in_inventory": [row_for(h, reports.get(h), state.get(h), now=now,
                                          stale_after=stale_after) for h in apart]}
 

@@ -558,24 +558,35 @@ def rows_of(**states):
             for host, s in states.items()]
 
 
+def outcome_of(record, rows):
+    return fleet.rollout_outcome(record, rows, fleet.footer(rows)["states"])
+
+
+def test_an_ended_rollout_with_rigs_neither_updated_nor_unchanged_says_so():
+    # Rows in no particular order; an unhealthy rig was not updated, whatever the counts say.
+    ended = dict(ROLLOUT, ended_at="2026-12-01T10:20:00+00:00")
+    said = outcome_of(ended, rows_of(c="unchanged", a="updated", b="staging-failed"))
+    assert said == "Ended with rigs not updated (1 updated; 1 unchanged, 1 staging-failed)."
+
+
 def test_outcome_names_the_canary_that_stopped_the_rollout():
     ended = dict(ROLLOUT, ended_at="2026-12-01T10:20:00+00:00", stop_reason="the canary (a): a")
-    said = fleet.rollout_outcome(ended, rows_of(a="rolled-back", b="not-reached", c="not-reached"))
+    said = outcome_of(ended, rows_of(a="rolled-back", b="not-reached", c="not-reached"))
     assert said.startswith("Stopped at the canary a (rolled-back: why a)")
 
 
 def test_outcome_names_the_batch_and_its_first_failed_rig():
     ended = dict(ROLLOUT, ended_at="2026-12-01T10:20:00+00:00")
-    said = fleet.rollout_outcome(ended, rows_of(a="updated", b="updated", c="lost"))
+    said = outcome_of(ended, rows_of(a="updated", b="updated", c="lost"))
     assert said.startswith("Stopped at batch 1 c (lost: why c)")
 
 
 def test_outcome_of_a_rollout_that_reached_every_rig():
     ended = dict(ROLLOUT, ended_at="2026-12-01T10:20:00+00:00")
-    said = fleet.rollout_outcome(ended, rows_of(a="updated", b="updated", c="unchanged",
+    said = outcome_of(ended, rows_of(a="updated", b="updated", c="unchanged",
                                                 d="unreachable"))
     assert said == "Every reachable rig updated (2 updated; 1 unchanged, 1 unreachable)."
-    running = fleet.rollout_outcome(ROLLOUT, rows_of(a="updated", b="not-reached"))
+    running = outcome_of(ROLLOUT, rows_of(a="updated", b="not-reached"))
     assert running == "Still running: 1 of 2 rigs switched so far."
 
 

@@ -13,7 +13,7 @@
 # PID 1 is not systemd on these machines, so the daemon runs in its own session, not as a unit.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 STATE_DIR="${VDF_STATE_DIR:-/var/lib/vllm-dual-fast-dev}"
 LOG="${STATE_DIR}/dockerd.log"
@@ -35,7 +35,10 @@ installed_engine_key() { echo "docker.io=$(dpkg-query -W -f '${Version}' docker.
 candidate_engine_key() { echo "docker.io=$(apt-cache policy docker.io | awk '/Candidate/ {print $2}')"; }
 failed_probe_date() { awk -v key="$1" '$1 == key {print $2; exit}' "${FAILED_PROBES}" 2>/dev/null || true; }
 probe_failed_before() { [ -n "$(failed_probe_date "$1")" ]; }
+# An engine no docker.io package installed (docker-ce, a static dockerd) has no version to key on:
+# nothing is remembered for it, or every such engine would be skipped from then on.
 remember_failed_probe() {
+  [ "${1#*=}" = none ] && return 0
   probe_failed_before "$1" || echo "$1 $(date -u +%Y-%m-%dT%H:%MZ)" >>"${FAILED_PROBES}"
 }
 
@@ -82,11 +85,12 @@ remove_probe_image() {
   docker image prune -f --filter "label=${PROBE_LABEL}" >/dev/null 2>&1 || true
 }
 
-# What the Molecule targets and the simulated rig ask of the engine.
+# What the Molecule targets and the simulated rig ask of the engine: 0 it can, 1 it cannot, 2 the
+# probe image could not be made (tar, ldd or docker import): no verdict on the engine.
 engine_runs_rigs() {
   local err
   trap remove_probe_image EXIT
-  build_probe_image || { remove_probe_image; return 1; }
+  build_probe_image || { remove_probe_image; return 2; }
   if err="$(docker run --rm --privileged --cgroupns=private --tmpfs /run "${PROBE_IMAGE}" 2>&1)"; then
     remove_probe_image
     return 0
@@ -182,7 +186,9 @@ main() {
   mkdir -p "${STATE_DIR}"
   [ "${1:-}" = stop ] && { stop_command; return 0; }
   if engine_answers; then
-    if engine_runs_rigs; then say "using the running engine ($(engine_version))"; return 0; fi
+    local probe=0; engine_runs_rigs || probe=$?
+    if [ "${probe}" -eq 0 ]; then say "using the running engine ($(engine_version))"; return 0; fi
+    [ "${probe}" -eq 2 ] && { say "could not make the probe image (see above); nothing remembered" >&2; exit 1; }
     if [ ! -s "${PIDFILE}" ]; then
       say "the running engine ($(engine_version)) cannot start privileged containers with a private" >&2
       say "cgroup namespace, which the Molecule rigs need. It is not ours, so it is left alone:" >&2
@@ -209,7 +215,9 @@ main() {
     replace_with_newer_engine "${installed}"
   else
     engine_answers || start_engine
-    if ! engine_runs_rigs; then
+    local probe=0; engine_runs_rigs || probe=$?
+    [ "${probe}" -eq 2 ] && { say "could not make the probe image (see above); nothing remembered" >&2; exit 1; }
+    if [ "${probe}" -ne 0 ]; then
       remember_failed_probe "${installed}"
       say "remembered in ${FAILED_PROBES}: the next set-up skips ${installed}"
       stop_our_engine
@@ -219,4 +227,5 @@ main() {
   say "engine $(engine_version) answers and runs privileged systemd rigs"
 }
 
-main "$@"
+# Sourced (tests/test_docker_engine_script.py), it only defines its functions.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi

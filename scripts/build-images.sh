@@ -47,7 +47,6 @@ build_image() {  # tag context base-tag [build-arg ...]
   hash="$(inputs_hash "${context}")-$(docker image inspect -f '{{.Id}}' "${base}" | cut -c8-19)-$(echo "$*" | sha256sum | cut -c1-8)"
   if image_is_current "${tag}" "${hash}"; then echo "build-images: ${tag} is current"; return 0; fi
   echo "build-images: building ${tag} (a minute or two: apt inside the build)"
-  local replaced; replaced="$(docker image inspect -f '{{.Id}}' "${tag}" 2>/dev/null || true)"
   # Where HTTPS leaves through a re-signing proxy, its CA is handed to the build's pip step.
   DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=${base}" "${extra[@]}" \
     --build-arg "EXTRA_CA_CERTS=$(cat /usr/local/share/ca-certificates/*.crt 2>/dev/null || true)" \
@@ -55,10 +54,14 @@ build_image() {  # tag context base-tag [build-arg ...]
     | { grep -v -e 'legacy builder is deprecated' -e 'Install the buildx component' -e 'docs.docker.com/go/buildx' \
         -e 'BuildKit is currently disabled' -e '^ *environment-variable\.$' -e '^ *$' || true; } >&2
   echo "build-images: ${tag} built"
-  # The image the tag named before is left untagged: removed, unless a container still uses it.
-  if [ -n "${replaced}" ] && [ "${replaced}" != "$(docker image inspect -f '{{.Id}}' "${tag}")" ]; then
-    docker rmi "${replaced}" >/dev/null 2>&1 || true
-  fi
+}
+
+# A rebuilt tag leaves the image it named before untagged, and it cannot go while an image built
+# from it (the 0.33.0 double from the latest one) still stands: so once every image is built,
+# the untagged images of this project (label vdf.inputs) are removed together. A container
+# that still uses one keeps it.
+prune_replaced_images() {
+  docker image prune -f --filter "label=vdf.inputs" >/dev/null
 }
 
 if ! command -v debootstrap >/dev/null; then
@@ -76,3 +79,4 @@ if [ -d "${ROOT}/molecule/images/vllm-double" ]; then
   build_image vdf-vllm-double:latest molecule/images/vllm-double vdf-base:debian13
   build_image vdf-vllm-double:0.33.0 molecule/images/vllm-double-0.33 vdf-vllm-double:latest
 fi
+prune_replaced_images

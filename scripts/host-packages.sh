@@ -18,6 +18,6 @@ if [ "${#missing[@]}" -eq 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get -q update >/dev/null
-say "installing ${missing[*]} ($(apt-cache policy "${missing[0]}" | awk '/Candidate/ {print $2}')) for the LAN proxy tests"
+apt-get -s install --no-install-recommends "${missing[@]}" | announce_new_packages host-packages
 with_no_service_starts apt-get -y -q install --no-install-recommends "${missing[@]}" >/dev/null
 say "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's#.*/##') is installed"

@@ -27,6 +27,8 @@ package_purpose() {
     iptables) echo "the engine's container networking" ;;
     debootstrap) echo "builds the rigs' Debian root file systems" ;;
     arch-test) echo "lets debootstrap check the architecture" ;;
+    nginx) echo "the LAN proxy the tests run, on loopback" ;;
+    nginx-common) echo "nginx's configuration and default site" ;;
     lib*) echo "a library the others link" ;;
     *) echo "a dependency of the others" ;;
   esac

@@ -13,6 +13,7 @@ local stand-in rigs with the playbook's plays and task files unchanged (rollout_
 """
 
 import re
+import subprocess
 
 from ansible_runner import run_playbook
 from rollout_stand_ins import (
@@ -281,3 +282,21 @@ def test_a_limit_that_names_the_controller_rolls_out_to_the_rigs_it_names(tmp_pa
     assert run.stages == {"rig-1": ["staging", "switch"], "rig-3": ["staging", "switch"]}
     assert run.fleet_states() == {"rig-1": "updated", "rig-3": "updated"}
     assert fleet_rows(tmp_path)["rig-3"]["release"] == "r2"
+
+
+def test_the_fleet_report_names_the_controllers_commit_and_its_changes(tmp_path):
+    # The controller's checkout is the folder above playbooks/: a real git repository here.
+    def git(*argv):
+        return subprocess.run(["git", "-C", str(tmp_path), *argv], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "group_vars.yml").write_text("a: 1\n")
+    git("add", "group_vars.yml")
+    git("-c", "user.name=owner", "-c", "user.email=owner@example.org", "commit", "-q", "-m", "r1")
+    head = git("rev-parse", "HEAD")
+    (tmp_path / "group_vars.yml").write_text("a: 2\n")        # a change the commit does not hold
+    run = run_rollout(tmp_path, ["rig-1"])
+    assert run.result.returncode == 0, run.out
+    assert run.fleet["rollout"]["controller_commit"] == head
+    assert run.fleet["rollout"]["controller_dirty"] is True

@@ -66,8 +66,9 @@ wall time. Reported under "speed":
  "requests", "ok", "samples" (one per request: round, index, status, ok, error, latency_s,
  completion_tokens, counted_from, token_deltas, ttft_s, tokens_per_s)},
  "cN": {...}, "concurrency": N, "max_tokens": M, "rounds": R, "health_after": {"ok", "last"},
- "spec_decode": {...}}. Rounds are there to ignore noise: a release canary compares these
-figures (medians and the p10/p90 tails) with the previous release's, never a single request.
+ "spec_decode": {...}}. Rounds are there to ignore noise: a release canary compares the
+medians with the previous release's, never a single request (the p10/p90 tails are reported,
+not judged).
 A stream that fails (HTTP error, no tokens, an error chunk, no final `data: [DONE]`, degenerate
 text) or /health not 200 afterwards is a failure of the smoke (named "speed c=N round R request
 I: ..."); "cN" is left out when c=1 already failed. A smoke that failed skips it: "speed":
@@ -88,7 +89,7 @@ failure.
 in 1.), --concurrency M chat completions released together, each with a prompt of its own of
 about N tokens (N capped at L - 64 when --max-model-len L > 0; L must then be > 64): a random
 nonce, then the numbers 1, 2, 3, ... as words (so no two prompts share a prefix from the first
-word on, and prefix caching cannot hide the prefill), max_tokens 16, temperature 0, each waited
+word on, and prefix caching cannot hide the prefill), max_tokens 32, temperature 0, each waited
 for up to --request-timeout seconds. Sizing: POST /tokenize ({"model", "messages"}; its "count")
 measures a prompt of N words once and the word count is scaled by N / count; an engine that does
 not answer it with a count gets one whitespace word per token. Each must be HTTP 200 with
@@ -146,7 +147,7 @@ SPEED_PROMPT = ("Tell a long story about a lighthouse keeper and the ships she g
                 "prose, and keep going until you are stopped.")
 ANSWER_QUESTION = "What is {a} + {b}? Reply with the number only."
 ANSWER_MAX_TOKENS = 32
-LONG_MAX_TOKENS = 16
+LONG_MAX_TOKENS = 32     # enough for a degenerate run (> 16 of one character) to show
 LONG_CAP_MARGIN = 64  # tokens left under --max-model-len for the chat template and the answer
 SPEC_METRICS = {"drafts": "vllm:spec_decode_num_drafts_total",
                 "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",

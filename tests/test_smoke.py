@@ -856,6 +856,16 @@ def long_run(capsys, server, *args):
                "--long-prompt-tokens", *args)
 
 
+def test_long_prompts_answered_with_garbage_fail_as_degenerate(double, capsys, tmp_path):
+    # The vLLM double with its garbage knob, without a reasoning parser: "!" up to max_tokens.
+    # At 16 tokens no run of one character could pass the degeneracy bound (more than 16).
+    server = speed_double(double, tmp_path, garbage=True)
+    code, report, _ = long_run(capsys, server, "200")
+    assert code == 1 and report["long_prompt"]["ok"] is False
+    assert all("degenerate output: '!' repeated 32 times" in r["error"]
+               for r in report["long_prompt"]["requests"]), report["long_prompt"]["requests"]
+
+
 def test_long_prompts_are_sized_with_tokenize_and_distinct(rig, capsys):
     # this rig's tokenizer: two tokens per word, plus 10 for the chat template
     server = rig(answer=lambda p: {"content": "OK"},
@@ -869,7 +879,7 @@ def test_long_prompts_are_sized_with_tokenize_and_distinct(rig, capsys):
     assert {len(p.split()) for p in prompts} == {498}  # round(1000 * 1000 / 2010)
     assert len({p.split()[0] for p in prompts}) == 3
     bodies = [body for path, _, body in server.seen if path == "/v1/chat/completions"]
-    assert {(b["max_tokens"], b["temperature"]) for b in bodies} == {(16, 0)}
+    assert {(b["max_tokens"], b["temperature"]) for b in bodies} == {(32, 0)}
     long = report["long_prompt"]
     assert (long["requested_tokens"], long["target_tokens"], long["concurrency"]) == (1000, 1000, 3)
     assert (long["sized_by"], long["words"], long["ok"]) == ("tokenize", 498, True)

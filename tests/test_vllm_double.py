@@ -1031,9 +1031,11 @@ def test_garbage_knob_answers_bangs_one_per_token(double, tmp_path):
     status, body = ask(server, QUESTION, max_tokens=16)
     message = body["choices"][0]["message"]
     assert status == 200
-    assert message["content"] == "!" * 9  # 8 reasoning tokens + the answer, all garbage
+    # A broken KV cache never reaches an end of text: "!" up to max_tokens, sum answer or not.
+    assert message["content"] == "!" * 16
     assert message["reasoning_content"] is None
-    assert body["usage"]["completion_tokens"] == 9
+    assert body["usage"]["completion_tokens"] == 16
+    assert body["choices"][0]["finish_reason"] == "length"
     status, events, _ = sse(server.base_url + "/v1/chat/completions", {
         "model": "m", "stream": True, "max_tokens": 5, "ignore_eos": True,
         "messages": [{"role": "user", "content": "Say hi."}]})
@@ -1226,6 +1228,23 @@ def test_four_long_prefills_at_8192_run_out_of_memory_and_exit_1(double, tmp_pat
     assert "prefill peak 24749 MiB per card (16388 prompt tokens to prefill, 3 sequences" in (
         server.stdout())
     assert "over the card's 24576 MiB" in err
+
+
+def test_health_answers_503_once_the_engine_ran_out_of_memory(double, tmp_path):
+    # As vLLM after EngineDeadError, until its API server exits: never 200 again.
+    server = double(["--max-num-batched-tokens", "8192"], env=w4a8_env(tmp_path))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        burst = pool.submit(long_burst, server, 4)
+        statuses, deadline = [], time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                statuses.append(get_text(server.base_url + "/health", timeout=2)[0])
+            except OSError:
+                break                                   # the process exited
+            time.sleep(0.02)
+        assert burst.result(timeout=30) == [500] * 4
+    assert 503 in statuses, statuses
+    assert 200 not in statuses[statuses.index(503):], statuses
 
 
 def test_memory_knobs_validation(monkeypatch):

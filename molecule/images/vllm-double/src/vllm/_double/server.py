@@ -42,9 +42,9 @@ Reply with the number only.` (A, B integers, surrounding whitespace ignored) and
 true, the content is str(A+B), one token. `"chat_template_kwargs": {"enable_thinking": false}`
 turns the reasoning words off (content only, reasoning_content null, as Qwen3's template), else
 they come first with --reasoning-parser. Rig knob "garbage": true (what fp8 KV-cache faults look
-like, and it wins over the arithmetic answer) makes every answer one "!" per generated token in
-content ("!!!!", reasoning_content null: there is no </think> for the reasoning parser), streamed
-one "!" per delta. With `"stream": true` the answer comes as server-sent events, as vLLM sends
+like, and it wins over the arithmetic answer) makes every answer max_tokens "!" in content (a
+broken cache never reaches an end of text: finish_reason "length"; reasoning_content null, there
+is no </think> for the reasoning parser), streamed one "!" per delta. With `"stream": true` the answer comes as server-sent events, as vLLM sends
 them: `data: {chunk}` lines of object chat.completion.chunk, the first delta holding the role,
 then one delta per token (choices[0].delta.content, or delta.reasoning_content and
 delta.reasoning while reasoning), finish_reason on the last token's chunk, a chunk with
@@ -727,8 +727,11 @@ class Engine:
         reasoning = WORDS[-reasoning_tokens:] if reasoning_tokens else []
         generated = len(reasoning) + len(content)
         sep = " "
-        if self.garbage:  # no </think> in "!!!": the reasoning parser leaves it all as content
-            reasoning, content, sep = [], ["!"] * generated, ""
+        if self.garbage:
+            # A broken KV cache never reaches an end of text: "!" until max_tokens, with no
+            # </think> for the reasoning parser to split off, so all of it is content.
+            reasoning, content, sep = [], ["!"] * max_tokens, ""
+            generated = max_tokens
         empty = self.fault("empty-content", ordinal)
         if empty:
             reasoning, content = [], []
@@ -880,6 +883,9 @@ class Handler(BaseHTTPRequestHandler):
         return False
 
     def health(self) -> None:
+        if self.engine.dead.is_set():   # as vLLM after EngineDeadError, until the process exits
+            self.send_json(503, {"error": "EngineCore encountered an issue."})
+            return
         if self.engine.fault("never-healthy") or self.engine.fail_health:
             which = "never-healthy" if self.engine.fault("never-healthy") else (
                 f"fail_health in {RIG_KNOBS}")

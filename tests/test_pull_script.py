@@ -850,7 +850,10 @@ def render_signer_files(tmp_path, ssh_signers, gpg_keys):
     file, GPG keys file)."""
     tasks = [t for t in yaml.safe_load(PULL_TASKS.read_text())
              if t["name"].startswith("Write the allowed")]
-    signers, keys = tmp_path / "allowed_signers", tmp_path / "pull-gpg-keys.asc"
+    # A folder of its own: the fleet's files (Fleet.signers, Fleet.gpg_keys) are what the
+    # script reads, and the test copies these onto them.
+    (tmp_path / "role").mkdir()
+    signers, keys = tmp_path / "role/allowed_signers", tmp_path / "role/pull-gpg-keys.asc"
     for task in tasks:
         task["ansible.builtin.copy"].update(owner=None, group=None)
     play = [{"name": "Pull mode's signer files", "hosts": "all", "gather_facts": False,
@@ -886,9 +889,8 @@ def test_the_roles_signer_files_verify_the_owners_commits(fleet, tmp_path):
 
 def test_ssh_signers_alone_verify_with_the_roles_empty_gpg_key_file(fleet, tmp_path):
     # What the role writes with vllm_dual_fast_pull_gpg_keys: [] (the fleet scenario's setting):
-    # a file holding one newline. gpg 2.4 (Debian 13 rigs) refuses to import it, and every run
-    # failed there; gpg 2.2 on this machine imports it without a word, so only the fleet
-    # scenario shows that failure: this guards the SSH-only path around it.
+    # a file holding one newline, which gpg refuses to import ("no valid OpenPGP data"): every
+    # run of a rig with SSH signers only failed on it.
     signers, gpg_keys = render_signer_files(
         tmp_path, [{"name": "owner", "ssh_key": fleet.keys.public("owner")}], [])
     fleet.commit("r1")

@@ -124,7 +124,8 @@ class Fleet:
         self.pulls = tmp / "ansible-pull-calls.log"
         wrapper = self.bin / "ansible-pull"
         wrapper.write_text(
-            f'#!/bin/sh\necho "$*" >>{self.pulls}\nexec {VENV_BIN}/ansible-pull "$@"\n'
+            f'#!/bin/sh\necho "$*" >>{self.pulls}\numask >{tmp / "ansible-pull-umask"}\n'
+            f'exec {VENV_BIN}/ansible-pull "$@"\n'
         )
         wrapper.chmod(0o755)
         (self.bin / "ansible-playbook").symlink_to(VENV_BIN / "ansible-playbook")
@@ -912,3 +913,14 @@ def test_no_gpg_agent_outlives_a_run(fleet):
     agents = subprocess.run(["pgrep", "-f", f"gpg-agent --homedir {home}"], capture_output=True,
                             text=True, check=False)
     assert agents.stdout.strip() == "", "the pull run left a gpg-agent running"
+
+
+def test_the_role_runs_under_the_usual_umask_not_the_scripts(fleet):
+    # The script keeps its own files root's alone (umask 077); the role it applies installs
+    # packages, writes release files and runs apt's scripts as a push run would, under 022.
+    fleet.commit("r1")
+    fleet.git("tag", "live")
+    fleet.settings("live")
+    assert fleet.run().returncode == 0
+    assert (fleet.tmp / "ansible-pull-umask").read_text().strip() == "0022"
+    assert stat.S_IMODE((fleet.state / "pull.json").stat().st_mode) == 0o600

@@ -100,12 +100,33 @@ engine_runs_rigs() {
   return 1
 }
 
+# /run is not a tmpfs on these machines, so dockerd's and its containerd's PID files outlive a
+# restart. dockerd refuses to start while its file names any live process ("process with PID N is
+# still running"), and it takes a live PID in containerd's file for a running containerd and waits
+# on a socket no one serves. After a restart those PIDs belong to other processes: such a file goes.
+DAEMON_PIDFILES="${VDF_DAEMON_PIDFILES:-/run/docker.pid:dockerd /run/docker/containerd/containerd.pid:containerd}"
+remove_stale_daemon_pidfiles() {
+  local entry file name pid
+  for entry in ${DAEMON_PIDFILES}; do
+    file="${entry%:*}"; name="${entry##*:}"
+    [ -e "${file}" ] || continue
+    pid="$(tr -dc 0-9 <"${file}")"
+    [ -n "${pid}" ] && [ "$(cat "/proc/${pid}/comm" 2>/dev/null)" = "${name}" ] && continue
+    say "removing ${file}: it names PID ${pid:-none}, which is no running ${name} (left by a restart)"
+    rm -f "${file}"
+  done
+}
+
 start_engine() {
+  remove_stale_daemon_pidfiles
   say "starting dockerd $(dockerd --version 2>/dev/null | cut -d, -f1) (log ${LOG})"
+  local log_start; log_start="$(wc -l <"${LOG}" 2>/dev/null || echo 0)"
   setsid /usr/sbin/dockerd >>"${LOG}" 2>&1 </dev/null &
   echo $! >"${PIDFILE}"
   for _ in $(seq 1 60); do engine_answers && return 0; sleep 1; done
-  say "the engine did not answer within 60 s; see ${LOG}" >&2; exit 1
+  say "the engine did not answer within 60 s; the end of what it logged (${LOG}):" >&2
+  tail -n "+$((log_start + 1))" "${LOG}" | tail -n 15 | sed 's/^/    /' >&2
+  exit 1
 }
 
 stop_our_engine() {

@@ -54,3 +54,24 @@ def test_a_probe_image_that_cannot_be_made_is_no_verdict_on_the_engine(tmp_path)
     out = sourced(tmp_path, "engine_runs_rigs; echo rc=$?",
                   DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock")
     assert out.strip().endswith("rc=2")
+
+
+def test_pid_files_left_by_a_restart_go_and_a_live_daemons_stays(tmp_path):
+    # What a restart leaves: dockerd's file naming a PID now held by another process (this test's
+    # own sleep), containerd's naming a PID no process holds. A file naming a live process of the
+    # right name (the sleep, under the name "sleep") stays: that daemon is still running.
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        reused, gone = tmp_path / "docker.pid", tmp_path / "containerd.pid"
+        live = tmp_path / "live.pid"
+        reused.write_text(f"{sleeper.pid}\n")
+        gone.write_text("4194304")                                      # above any pid_max
+        live.write_text(str(sleeper.pid))
+        out = sourced(tmp_path, "remove_stale_daemon_pidfiles",
+                      VDF_DAEMON_PIDFILES=f"{reused}:dockerd {gone}:containerd {live}:sleep")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not reused.exists() and not gone.exists()
+    assert live.exists()
+    assert f"it names PID {sleeper.pid}, which is no running dockerd" in out

@@ -44,11 +44,12 @@ turns the reasoning words off (content only, reasoning_content null, as Qwen3's 
 they come first with --reasoning-parser. Rig knob "garbage": true (what fp8 KV-cache faults look
 like, and it wins over the arithmetic answer) makes every answer max_tokens "!" in content (a
 broken cache never reaches an end of text: finish_reason "length"; reasoning_content null, there
-is no </think> for the reasoning parser), streamed one "!" per delta. With `"stream": true` the answer comes as server-sent events, as vLLM sends
-them: `data: {chunk}` lines of object chat.completion.chunk, the first delta holding the role,
-then one delta per token (choices[0].delta.content, or delta.reasoning_content and
-delta.reasoning while reasoning), finish_reason on the last token's chunk, a chunk with
-`"choices": []` and usage when `"stream_options": {"include_usage": true}`, then `data: [DONE]`.
+is no </think> for the reasoning parser), streamed one "!" per delta. With `"stream": true` the
+answer comes as server-sent events, as vLLM sends them: `data: {chunk}` lines of object
+chat.completion.chunk, the first delta holding the role, then one delta per token
+(choices[0].delta.content, or delta.reasoning_content and delta.reasoning while reasoning),
+finish_reason on the last token's chunk, a chunk with `"choices": []` and usage when
+`"stream_options": {"include_usage": true}`, then `data: [DONE]`.
 
 Timing: the first token comes after the time to first token (TTFT), each further one after the
 decode interval. TTFT = base + jitter + prefill: base is VLLM_DOUBLE_LATENCY_S +

@@ -22,7 +22,7 @@ $(VENV)/.installed: requirements-dev.txt requirements-test.txt
 	@echo "== virtualenv: $(VENV) with $$($(PYTHON) --version) (pinned tools and CPU torch; a few minutes the first time)"
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --progress-bar off -r requirements-dev.txt -r requirements-test.txt \
-	  | grep --line-buffered -E '^(Collecting|Successfully installed)' | sed -u -E 's/^/  pip: /; s/^(.{120}).+/\1/'
+	  | { grep --line-buffered -E '^(Collecting|Successfully installed)' || true; } | sed -u -E 's/^/  pip: /; s/^(.{120}).+/\1/'
 	touch $@
 
 engine:

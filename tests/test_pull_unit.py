@@ -28,8 +28,16 @@ def rendered_unit(tmp_path, **variables):
 
 
 def directives(unit):
-    return dict(line.split("=", 1) for line in unit.read_text().splitlines()
-                if re.match(r"^[A-Z][A-Za-z]+=", line))
+    """Each directive's value; Environment's as a dict of its assignments."""
+    found = {}
+    for line in unit.read_text().splitlines():
+        if re.match(r"^[A-Z][A-Za-z]+=", line):
+            key, value = line.split("=", 1)
+            if key == "Environment":
+                found.setdefault(key, {}).update([value.split("=", 1)])
+            else:
+                found[key] = value
+    return found
 
 
 def security(unit):
@@ -51,7 +59,11 @@ def test_an_https_fleet_hides_home_and_points_home_into_the_state_folder(tmp_pat
                                     vllm_dual_fast_pull_repo_url="https://git.example.org/f.git"))
     assert unit["UMask"] == "0077" and unit["PrivateTmp"] == "yes"
     assert unit["ProtectHome"] == "yes"
-    assert unit["Environment"] == "HOME=/var/lib/vllm-dual-fast/pull/home"
+    # Ansible's temporary folders too: it looks for them under ~root, not HOME, and /root is
+    # hidden (the fleet scenario's first pull failed with "Failed to create temporary directory").
+    home = "/var/lib/vllm-dual-fast/pull/home"
+    assert unit["Environment"] == {"HOME": home, "ANSIBLE_REMOTE_TEMP": f"{home}/.ansible/tmp",
+                                   "ANSIBLE_LOCAL_TEMP": f"{home}/.ansible/tmp"}
 
 
 def test_an_ssh_fleet_keeps_roots_ssh_keys_readable(tmp_path):

@@ -145,6 +145,13 @@ class Fleet:
         self.git(*self.keys.sign_args(sign), "commit", "-qm", f"release {release}")
         return self.git("rev-parse", "HEAD")
 
+    def live_at(self, release: str, settings: dict | None = None, **commit_args) -> str:
+        """The first commit, of release `release`, tagged `live`; the rig's settings follow it."""
+        commit = self.commit(release, **commit_args)
+        self.git("tag", "live")
+        self.settings("live", **(settings or {}))
+        return commit
+
     def settings(self, ref: str, url: str = "", vault_pass: str = "", repo: str = "", **more):
         vault_file = self.tmp / "vault-pass"
         if vault_pass:
@@ -295,9 +302,7 @@ def fleet(tmp_path):
 
 
 def test_a_release_is_applied_once_then_nothing_is_done_while_the_ref_stays(fleet):
-    commit = fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    commit = fleet.live_at("r1")
     first, second = fleet.run(), fleet.run()
     assert first.returncode == 0, first.stdout + first.stderr
     assert second.returncode == 0, second.stdout + second.stderr
@@ -307,9 +312,7 @@ def test_a_release_is_applied_once_then_nothing_is_done_while_the_ref_stays(flee
 
 
 def test_a_failed_release_is_not_applied_again_until_the_ref_moves(fleet):
-    fleet.commit("r1", broken=True)
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1", broken=True)
     first, second = fleet.run(), fleet.run()
     assert (first.returncode, second.returncode) == (1, 1)
     assert fleet.applied_releases() == ["r1 "]  # the second run did not switch and fail again
@@ -373,18 +376,15 @@ def _vaulted(secret: str, tmp: pathlib.Path, vault_id: str = "", password=VAULT_
 
 
 def test_vaulted_fleet_vars_are_read_with_the_rigs_vault_password(fleet):
-    fleet.commit("r1", extra=_vaulted("s3cr3t-token", fleet.tmp))
-    fleet.git("tag", "live")
-    fleet.settings("live", vault_pass=VAULT_PASSWORD)
+    fleet.live_at("r1", extra=_vaulted("s3cr3t-token", fleet.tmp),
+                  settings=dict(vault_pass=VAULT_PASSWORD))
     result = fleet.run()
     assert result.returncode == 0, result.stdout + result.stderr
     assert fleet.applied_releases() == ["r1 s3cr3t-token"]
 
 
 def test_without_the_vault_password_the_run_fails_and_says_so(fleet):
-    fleet.commit("r1", extra=_vaulted("s3cr3t-token", fleet.tmp))
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1", extra=_vaulted("s3cr3t-token", fleet.tmp))
     result = fleet.run()
     assert result.returncode == 1
     assert "failed" in result.stderr
@@ -394,9 +394,7 @@ def test_without_the_vault_password_the_run_fails_and_says_so(fleet):
 def test_each_run_uploads_the_report_tagged_with_its_commit_and_exit_status(fleet):
     server = PutServer()
     fleet.report.write_text(json.dumps({"host": "rig-a", "release": "old", "healthy": True}))
-    good = fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live", url=server.url())
+    good = fleet.live_at("r1", settings=dict(url=server.url()))
     assert fleet.run().returncode == 0
     ((path, body),) = server.bodies.items()
     uploaded = json.loads(body)
@@ -444,9 +442,7 @@ def test_a_failed_upload_fails_the_run_and_the_next_run_uploads(fleet):
 
 
 def test_a_second_run_while_one_holds_the_lock_exits_2(fleet):
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1")
     fleet.state.mkdir()
     lock = str(fleet.state / "lock")
     holder = subprocess.Popen(["flock", lock, "sleep", "30"])
@@ -468,9 +464,7 @@ def test_a_second_run_while_one_holds_the_lock_exits_2(fleet):
 
 
 def test_a_commit_signed_with_an_allowed_gpg_key_applies(fleet):
-    commit = fleet.commit("r1", sign="gpg")
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    commit = fleet.live_at("r1", sign="gpg")
     result = fleet.run()
     assert result.returncode == 0, result.stdout + result.stderr
     assert fleet.applied_releases() == ["r1 "]
@@ -488,9 +482,7 @@ def test_an_unsigned_or_unknown_signers_commit_is_refused_and_nothing_of_it_runs
     fleet, sign, signer, reason
 ):
     server = PutServer()
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live", url=server.url())
+    fleet.live_at("r1", settings=dict(url=server.url()))
     assert fleet.run().returncode == 0
     bad = fleet.commit("r2-evil", sign=sign)
     fleet.git("tag", "-f", "live")
@@ -512,9 +504,7 @@ def test_an_unsigned_or_unknown_signers_commit_is_refused_and_nothing_of_it_runs
 
 
 def test_a_signer_added_to_the_allowed_list_lets_a_refused_commit_apply(fleet):
-    fleet.commit("r1", sign="stranger")
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1", sign="stranger")
     assert fleet.run().returncode == 1
     fleet.signers.write_text(
         fleet.signers.read_text() + f'stranger namespaces="git" {fleet.keys.public("stranger")}\n'
@@ -525,9 +515,7 @@ def test_a_signer_added_to_the_allowed_list_lets_a_refused_commit_apply(fleet):
 
 
 def test_a_gpg_key_removed_from_the_list_no_longer_verifies(fleet):
-    fleet.commit("r1", sign="gpg")
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1", sign="gpg")
     assert fleet.run().returncode == 0
     fleet.commit("r2", sign="gpg")
     fleet.git("tag", "-f", "live")
@@ -541,9 +529,7 @@ def test_a_gpg_key_removed_from_the_list_no_longer_verifies(fleet):
 
 
 def test_a_failed_release_is_recorded_as_release_failed(fleet):
-    commit = fleet.commit("r1", broken=True)
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    commit = fleet.live_at("r1", broken=True)
     assert fleet.run().returncode == 1
     pull = fleet.pull_state()
     assert (pull["state"], pull["commit"]) == ("release-failed", commit)
@@ -551,9 +537,8 @@ def test_a_failed_release_is_recorded_as_release_failed(fleet):
 
 
 def test_a_failure_before_the_switch_is_retried_with_a_growing_delay(fleet):
-    commit = fleet.commit("r1", extra="fails_before_switch: true\n")
-    fleet.git("tag", "live")
-    fleet.settings("live", VDF_PULL_RETRY_BASE_S=600)
+    commit = fleet.live_at("r1", extra="fails_before_switch: true\n",
+                           settings=dict(VDF_PULL_RETRY_BASE_S=600))
     first = fleet.run()
     assert first.returncode == 1
     pull = fleet.pull_state()
@@ -579,9 +564,7 @@ def test_a_failure_before_the_switch_is_retried_with_a_growing_delay(fleet):
 
 
 def test_a_change_of_the_rigs_pull_vars_applies_while_the_commit_stays(fleet):
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1")
     assert fleet.run().returncode == 0
     assert fleet.run().returncode == 0
     fleet.pull_vars.write_text("vllm_dual_fast_max_num_seqs: 4\n")
@@ -592,9 +575,7 @@ def test_a_change_of_the_rigs_pull_vars_applies_while_the_commit_stays(fleet):
 
 
 def test_a_release_failed_under_old_vars_is_tried_again_with_new_vars(fleet):
-    fleet.commit("r1", broken=True)
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1", broken=True)
     assert fleet.run().returncode == 1
     assert fleet.run().returncode == 1
     fleet.pull_vars.write_text("vllm_dual_fast_max_num_seqs: 4\n")
@@ -607,9 +588,7 @@ def test_a_release_failed_under_old_vars_is_tried_again_with_new_vars(fleet):
 
 def test_with_nothing_to_apply_a_health_check_refreshes_the_report(fleet):
     server = PutServer()
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live", url=server.url(), VDF_PULL_CHECK_TIMEOUT_S=120)
+    fleet.live_at("r1", settings=dict(url=server.url(), VDF_PULL_CHECK_TIMEOUT_S=120))
     fleet.report.write_text(json.dumps({"host": "rig-a", "checked_at": "2020-01-01T00:00:00Z"}))
     assert fleet.run().returncode == 0
     result = fleet.run()
@@ -623,9 +602,7 @@ def test_with_nothing_to_apply_a_health_check_refreshes_the_report(fleet):
 
 def test_the_rig_is_named_by_its_settings_not_its_hostname(fleet):
     server = PutServer()
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live", url=server.url(), VDF_PULL_RIG="club-rig-7")
+    fleet.live_at("r1", settings=dict(url=server.url(), VDF_PULL_RIG="club-rig-7"))
     assert fleet.run().returncode == 0
     (path,) = server.bodies
     assert path == "/reports/club-rig-7.json"
@@ -801,9 +778,7 @@ def test_a_gpg_key_alone_is_a_signer(tmp_path):
 
 
 def test_a_repository_that_cannot_be_fetched_is_a_failure_before_the_switch(fleet):
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live", repo=str(fleet.tmp / "no-such-repository"))
+    fleet.live_at("r1", settings=dict(repo=str(fleet.tmp / "no-such-repository")))
     result = fleet.run()
     assert result.returncode == 1
     pull = fleet.pull_state()
@@ -819,9 +794,7 @@ def test_a_repository_that_cannot_be_fetched_is_a_failure_before_the_switch(flee
 def test_a_rig_named_like_its_machine_checks_out_once(fleet):
     # ansible-pull's checkout step runs for every inventory host named like this machine or
     # localhost: the rig alone then, or two clones would race into one folder.
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live", VDF_PULL_RIG=platform.node())
+    fleet.live_at("r1", settings=dict(VDF_PULL_RIG=platform.node()))
     result = fleet.run()
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"--inventory {platform.node()}, " in fleet.pulls.read_text()
@@ -837,9 +810,7 @@ def test_each_rig_reads_only_its_own_vaulted_host_vars_with_its_own_vault_id(fle
     (fleet.repo / "host_vars/rig-b.yml").write_text(
         _vaulted("rig-b-token", fleet.tmp, "rig-b", "rig-b-password")  # noqa: S106
     )
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live", vault_pass=RIG_A_PASSWORD)
+    fleet.live_at("r1", settings=dict(vault_pass=RIG_A_PASSWORD))
     result = fleet.run()
     assert result.returncode == 0, result.stdout + result.stderr
     assert fleet.applied_releases() == ["r1 rig-a-token"]
@@ -894,9 +865,7 @@ def test_ssh_signers_alone_verify_with_the_roles_empty_gpg_key_file(fleet, tmp_p
     # run of a rig with SSH signers only failed on it.
     signers, gpg_keys = render_signer_files(
         tmp_path, [{"name": "owner", "ssh_key": fleet.keys.public("owner")}], [])
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1")
     fleet.signers.write_text(signers.read_text())
     fleet.gpg_keys.write_text(gpg_keys.read_text())
     run = fleet.run()
@@ -905,9 +874,7 @@ def test_ssh_signers_alone_verify_with_the_roles_empty_gpg_key_file(fleet, tmp_p
 
 
 def test_no_gpg_agent_outlives_a_run(fleet):
-    fleet.commit("r1", sign="gpg")
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1", sign="gpg")
     assert fleet.run().returncode == 0
     home = str(fleet.state / "gnupg")
     agents = subprocess.run(["pgrep", "-f", f"gpg-agent --homedir {home}"], capture_output=True,
@@ -918,9 +885,7 @@ def test_no_gpg_agent_outlives_a_run(fleet):
 def test_the_role_runs_under_the_usual_umask_not_the_scripts(fleet):
     # The script keeps its own files root's alone (umask 077); the role it applies installs
     # packages, writes release files and runs apt's scripts as a push run would, under 022.
-    fleet.commit("r1")
-    fleet.git("tag", "live")
-    fleet.settings("live")
+    fleet.live_at("r1")
     assert fleet.run().returncode == 0
     assert (fleet.tmp / "ansible-pull-umask").read_text().strip() == "0022"
     assert stat.S_IMODE((fleet.state / "pull.json").stat().st_mode) == 0o600

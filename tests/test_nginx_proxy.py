@@ -396,6 +396,17 @@ def derived_endpoint(tmp_path, **variables):
     return json.loads(out.read_text())
 
 
+def test_an_ipv6_bind_is_written_in_brackets_and_passes_nginx_s_check(tmp_path, backend):
+    # nginx needs an IPv6 address in brackets (`listen ::1:8000` is another address). The site
+    # is written only once nginx accepted it in the whole configuration (the task's validate).
+    paths = nginx_tree(tmp_path)
+    ports = {"lan": free_port(), "engine": backend}
+    result, out = render_site(tmp_path, paths, ports, vllm_dual_fast_bind_address="::1")
+    assert result.returncode == 0, out
+    site = (paths["conf"] / "conf.d/vllm-dual-fast.conf").read_text()
+    assert f"listen [::1]:{ports['lan']};" in site
+
+
 def test_the_engine_is_on_loopback_whenever_the_bind_is_not(tmp_path):
     from test_release_secrets import render, role_vars
 

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# The README's test command (`make test`): every step in order, each one's output as it runs,
-# then a short summary (lint, pytest counts, each Molecule scenario's result and phase times,
-# total time) whether the run passed or failed. The full log is kept in .ci/last-run.log.
+# The README's test command (`make test`): set-up and lint, then two lanes at once, then a short
+# summary (lint, pytest counts, each Molecule scenario's result and phase times, total time)
+# whether the run passed or failed. A Molecule run keeps about one core busy (the modules' Python
+# on the rig, then Ansible on the controller, in turn), so on two cores a second lane nearly
+# halves the wall time: lane "rigs" runs the scenarios, lane "fleet" runs pytest, then the
+# scenarios named in VDF_FLEET_LANE (default fleet, as long as the others together). No two
+# scenarios share a rig, a package cache or a port. VDF_LANES=1 runs everything in one lane.
+# Each lane's output is printed as it comes, its lines marked [rigs] or [fleet]; the logs are
+# .ci/last-run.log (all) and .ci/lane-<lane>.log.
 #   scripts/test-all.sh [scenario ...]    (default: the Makefile's SCENARIOS)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,18 +24,25 @@ step() {  # name command...: runs one step, records its result and wall time
   echo "== ${name}: $*" | tee -a "${LOG}"
   "$@" 2>&1 | tee -a "${LOG}"
   rc=${PIPESTATUS[0]}
-  printf '%-10s %-6s %5ss\n' "${name}" "$([ "${rc}" -eq 0 ] && echo ok || echo FAILED)" "$(( $(date +%s) - t0 ))" >>"${SUMMARY}"
-  [ "${rc}" -eq 0 ] || failed=1
+  printf '%-16s %-6s %5ss\n' "${name}" "$([ "${rc}" -eq 0 ] && echo ok || echo FAILED)" "$(( $(date +%s) - t0 ))" >>"${SUMMARY}"
   return "${rc}"
 }
 
+lane() {  # name function: runs a lane's steps in the background (its own log; lines marked)
+  local name="$1" fn="$2"
+  ( LOG=".ci/lane-${name}.log"; : >"${LOG}"; "${fn}" ) 2>&1 | sed -u "s/^/[${name}] /" | tee -a "${LOG}" &
+  LANE_PIDS+=("$!")
+}
+
 summary() {
+  local log; log="$(cat .ci/lane-*.log 2>/dev/null)"    # each lane's lines in order, unmarked
   echo
   echo "== summary of make test ($(date -u +%FT%TZ))"
   cat "${SUMMARY}"
-  grep -aE '^=+ .*(passed|failed|error).* in [0-9.]+s' "${LOG}" | tail -1 | sed 's/^=* */pytest:    /; s/ =*$//'
-  grep -aE '^(== molecule [a-z0-9_-]+: (passed|FAILED)|   (cleanup|create|prepare|converge|idempotence|verify|destroy|total) +[0-9.]+$)' "${LOG}" \
+  grep -aE '^=+ .*(passed|failed|error).* in [0-9.]+s' <<<"${log}" | tail -1 | sed 's/^=* */pytest:    /; s/ =*$//'
+  grep -aE '^(== molecule [a-z0-9_-]+: (passed|FAILED)|   (cleanup|create|prepare|converge|idempotence|verify|destroy|total) +[0-9.]+$)' <<<"${log}" \
     | sed 's/^== //'
+  grep -q FAILED "${SUMMARY}" && failed=1
   echo "total:     $(( ($(date +%s) - started) / 60 )) min $(( ($(date +%s) - started) % 60 )) s, $([ "${failed}" -eq 0 ] && echo PASSED || echo FAILED)"
   rm -f "${SUMMARY}"
 }
@@ -44,12 +57,33 @@ leftovers() {  # what the tests left where a person's real files go: new reports
   return 1
 }
 
+# The scenarios of each lane, in the order given.
+FLEET_LANE=() RIGS_LANE=() LANE_PIDS=()
+for scenario in "$@"; do
+  if [[ " ${VDF_FLEET_LANE:-fleet} " == *" ${scenario} "* ]]; then FLEET_LANE+=("${scenario}"); else RIGS_LANE+=("${scenario}"); fi
+done
+rigs_lane() { step molecule-rigs ./scripts/molecule-timed.sh "${RIGS_LANE[@]}"; }
+fleet_lane() {
+  # Set-up is done: -o keeps make from probing the engine and images again while rigs run.
+  step pytest make --no-print-directory -o venv -o images -o host-packages pytest
+  step molecule-fleet ./scripts/molecule-timed.sh "${FLEET_LANE[@]}"
+}
+
 MARK="$(mktemp)"    # its time is the run's start; its lines, the dangling images before it
 step setup make --no-print-directory setup || exit 1
 docker images -q -f dangling=true >"${MARK}"
 step lint make --no-print-directory lint
-step pytest make --no-print-directory pytest
-step molecule ./scripts/molecule-timed.sh "$@"
+rm -f .ci/lane-*.log
+trap 'trap - INT TERM; kill 0' INT TERM    # a stopped run stops both lanes
+if [ "${VDF_LANES:-2}" -ge 2 ]; then
+  echo "== two lanes at once, lines marked: [rigs] ${RIGS_LANE[*]:-}; [fleet] pytest ${FLEET_LANE[*]:-}" | tee -a "${LOG}"
+  lane rigs rigs_lane
+  lane fleet fleet_lane
+else
+  one_lane() { fleet_lane; rigs_lane; }
+  lane one one_lane
+fi
+wait "${LANE_PIDS[@]}"
 step leftovers leftovers
 rm -f "${MARK}"
 exit "${failed}"

@@ -43,8 +43,9 @@ for scenario in "$@"; do
   echo "== molecule ${scenario}: ${result}"
   total=0
   for phase in cleanup create prepare converge idempotence verify destroy; do
-    printf '   %-12s %8.1f\n' "${phase}" "${took[${phase}]:-0}"
-    total=$(echo "${total} + ${took[${phase}]:-0}" | bc)
+    if [ -z "${took[${phase}]:-}" ]; then printf '   %-12s %8s\n' "${phase}" -; continue; fi    # not run
+    printf '   %-12s %8.1f\n' "${phase}" "${took[${phase}]}"
+    total=$(echo "${total} + ${took[${phase}]}" | bc)
   done
   printf '   %-12s %8.1f\n' total "${total}"
   unset took

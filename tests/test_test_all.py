@@ -1,0 +1,117 @@
+"""scripts/test-all.sh (`make test`) and scripts/molecule-timed.sh, run for real from a copy of
+the scripts in a temporary checkout, with stand-ins for `make`, `molecule` and `docker` on PATH
+that log when each step starts and ends: the two lanes overlap, a failure in either lane makes
+the whole run fail, and a scenario runs the phases its own molecule.yml names."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).parents[1]
+
+MAKE = """#!/bin/bash
+# Stand-in for make: logs the target, takes a moment for pytest.
+target="${@: -1}"
+echo "$(date +%s.%N) start make ${target}" >>"$STEPS"
+[ "${target}" = pytest ] && sleep 2
+echo "$(date +%s.%N) end make ${target}" >>"$STEPS"
+"""
+
+MOLECULE = """#!/bin/bash
+# Stand-in for molecule: `molecule <phase> -s <scenario>`; FAIL names scenario:phase to fail.
+echo "$(date +%s.%N) start molecule $3 $1" >>"$STEPS"
+[ "$1" = verify ] && sleep 0.5
+echo "$(date +%s.%N) end molecule $3 $1" >>"$STEPS"
+[ "${FAIL:-}" = "$3:$1" ] && { echo "fatal: $3 $1 failed"; exit 2; }
+exit 0
+"""
+
+SEQUENCE = ["dependency", "destroy", "create", "prepare", "converge", "idempotence", "verify",
+            "destroy"]
+
+
+def checkout(tmp_path, scenarios):
+    """A checkout with the two scripts, one molecule.yml per scenario and stand-ins on PATH;
+    scenarios maps a name to its test_sequence."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for script in ("test-all.sh", "molecule-timed.sh"):
+        shutil.copy(ROOT / "scripts" / script, repo / "scripts" / script)
+    for name, sequence in scenarios.items():
+        (repo / "molecule" / name).mkdir(parents=True)
+        (repo / "molecule" / name / "molecule.yml").write_text(
+            yaml.safe_dump({"scenario": {"test_sequence": sequence}}))
+    stand_ins = tmp_path / "bin"
+    stand_ins.mkdir()
+    for name, body in (("make", MAKE), ("molecule", MOLECULE), ("docker", "#!/bin/sh\n")):
+        (stand_ins / name).write_text(body)
+        (stand_ins / name).chmod(0o755)
+    return repo, stand_ins
+
+
+def run_all(tmp_path, scenarios, *order, **env):
+    repo, stand_ins = checkout(tmp_path, scenarios)
+    steps = tmp_path / "steps.log"
+    run = subprocess.run(
+        [str(repo / "scripts/test-all.sh"), *order], capture_output=True, text=True, timeout=120,
+        check=False, env={**os.environ, "PATH": f"{stand_ins}:{Path(sys.executable).parent}:"
+                          f"{os.environ['PATH']}", "STEPS": str(steps), **env})
+    events = {}
+    for line in steps.read_text().splitlines():
+        when, edge, *what = line.split()
+        events.setdefault(" ".join(what), {})[edge] = float(when)
+    return run, events
+
+
+def test_pytest_and_fleet_run_beside_the_other_scenarios(tmp_path):
+    run, events = run_all(tmp_path, {"default": SEQUENCE, "fleet": SEQUENCE}, "default", "fleet")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.rstrip().splitlines()[-1].endswith("PASSED")
+    # default's rig works while pytest runs, and fleet starts only after pytest.
+    assert events["molecule default converge"]["start"] < events["make pytest"]["end"]
+    assert events["molecule fleet destroy"]["start"] >= events["make pytest"]["end"]
+    assert "[rigs] == molecule default: passed" in run.stdout
+    assert "[fleet] == molecule fleet: passed" in run.stdout
+    assert re.search(r"^molecule default: passed$", run.stdout, re.M)      # in the summary too
+    log = (tmp_path / "repo/.ci/last-run.log").read_text()
+    assert "[fleet] == pytest:" in log and "[rigs] == molecule-rigs:" in log
+
+
+def test_a_scenario_failing_in_one_lane_fails_the_run_and_the_other_lane_finishes(tmp_path):
+    run, events = run_all(tmp_path, {"default": SEQUENCE, "fleet": SEQUENCE}, "default", "fleet",
+                          FAIL="default:verify")
+    assert run.returncode == 1
+    assert run.stdout.rstrip().splitlines()[-1].endswith("FAILED")
+    assert re.search(r"^molecule-rigs +FAILED", run.stdout, re.M)
+    assert "molecule fleet verify" in events              # the fleet lane went on
+    assert re.search(r"^molecule fleet: passed$", run.stdout, re.M)
+
+
+def test_one_lane_runs_every_step_in_turn(tmp_path):
+    run, events = run_all(tmp_path, {"default": SEQUENCE, "fleet": SEQUENCE}, "default", "fleet",
+                          VDF_LANES="1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert events["molecule default destroy"]["start"] >= events["molecule fleet verify"]["end"]
+
+
+def test_a_scenario_runs_the_phases_its_test_sequence_names(tmp_path):
+    without_idempotence = [p for p in SEQUENCE if p != "idempotence"]
+    run, events = run_all(tmp_path, {"deploy": without_idempotence}, "deploy")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "molecule deploy idempotence" not in events and "molecule deploy verify" in events
+    assert re.search(r"^   idempotence +-$", run.stdout, re.M)        # shown as not run, not 0 s
+    assert re.search(r"^   verify +[0-9]+\.[0-9]$", run.stdout, re.M)
+
+
+def test_a_scenario_without_molecules_idempotence_checks_it_in_its_verify():
+    for path in sorted((ROOT / "molecule").glob("*/molecule.yml")):
+        sequence = yaml.safe_load(path.read_text())["scenario"]["test_sequence"]
+        assert sequence[-2:] == ["verify", "destroy"], path
+        if "idempotence" not in sequence:
+            verify = (path.parent / "verify.yml").read_text()
+            assert "changed=0\\s+unreachable=0\\s+failed=0" in verify, path

@@ -1,0 +1,31 @@
+"""The Makefile's virtualenv target, run for real in a temporary folder holding a copy of the
+Makefile and requirements files that name only pip (already in every new virtualenv, so nothing is
+downloaded)."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+
+def make_venv(folder):
+    return subprocess.run(["make", "--no-print-directory", "venv"], cwd=folder, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def test_venv_passes_when_the_requirements_changed_but_everything_is_installed(tmp_path):
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "requirements-dev.txt").write_text("pip\n")
+    (tmp_path / "requirements-test.txt").write_text("# nothing more\n")
+    first = make_venv(tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    stamp = tmp_path / ".venv/.installed"
+    assert stamp.exists()
+    # A changed requirements file whose packages are all there already: pip prints no
+    # "Collecting" line, which the output filter must not take for a failure.
+    (tmp_path / "requirements-test.txt").write_text("# nothing more, said differently\n")
+    again = make_venv(tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert stamp.stat().st_mtime_ns >= (tmp_path / "requirements-test.txt").stat().st_mtime_ns
+    assert "Nothing to be done" in make_venv(tmp_path).stdout                # and now nothing to do

@@ -872,23 +872,39 @@ def test_long_prompts_are_sized_with_tokenize_and_distinct(rig, capsys):
                  tokenize=lambda messages: 2 * len(messages[0]["content"].split()) + 10)
     code, report, _ = long_run(capsys, server, "1000")
     assert (code, report["ok"], report["failures"]) == (0, True, [])
-    [tokenize] = [body for path, _, body in server.seen if path == "/tokenize"]
-    assert tokenize["model"] == "m" and len(tokenize["messages"][0]["content"].split()) == 1000
+    tokenized = [body for path, _, body in server.seen if path == "/tokenize"]
+    assert {t["model"] for t in tokenized} == {"m"}
+    # 1000 words are 2010 tokens; 1000 * 1000 // 2010 = 497 words are 1004, one too many;
+    # 497 * 1000 // 1004 = 495 words are 1000: on target, so no fourth measurement.
+    assert [len(t["messages"][0]["content"].split()) for t in tokenized] == [1000, 497, 495]
     prompts = chat_prompts(server)
     assert len(prompts) == 3                         # no burst, no answer check: only these
-    assert {len(p.split()) for p in prompts} == {498}  # round(1000 * 1000 / 2010)
+    assert {len(p.split()) for p in prompts} == {495}
     assert len({p.split()[0] for p in prompts}) == 3
     bodies = [body for path, _, body in server.seen if path == "/v1/chat/completions"]
     assert {(b["max_tokens"], b["temperature"]) for b in bodies} == {(32, 0)}
     long = report["long_prompt"]
     assert (long["requested_tokens"], long["target_tokens"], long["concurrency"]) == (1000, 1000, 3)
-    assert (long["sized_by"], long["words"], long["ok"]) == ("tokenize", 498, True)
-    assert long["prompt_tokens"] == [498, 498, 498]  # what the rig reported, as recorded
+    assert (long["sized_by"], long["words"], long["sized_tokens"]) == ("tokenize", 495, 1000)
+    assert long["ok"] is True
+    assert long["prompt_tokens"] == [495, 495, 495]  # what the rig reported, as recorded
     assert [r["index"] for r in long["requests"]] == [0, 1, 2]
     assert long["wall_s"] > 0
     assert report["health_after"]["ok"] is True and "requests" not in report
     # /health before the prompts and after them
     assert [path for path, _, _ in server.seen].count("/health") == 2
+
+
+def test_long_prompts_reach_the_target_where_numbers_split_into_digits(double, capsys, tmp_path):
+    # The vLLM double tokenizes as Qwen does: every digit a token, so "1 2 ... 16383" costs
+    # 87,198 tokens, and one scaling (3,078 words) would send prompts of about 14,200.
+    server = speed_double(double, tmp_path)
+    code, report, _ = long_run(capsys, server, "16384", "--max-model-len", "32768")
+    assert (code, report["failures"]) == (0, [])
+    long = report["long_prompt"]
+    assert min(long["prompt_tokens"]) >= 16384 * 0.99
+    assert 16384 * 0.99 <= long["sized_tokens"] <= 16384
+    assert max(long["prompt_tokens"]) <= 16384 + 12    # a nonce has 12 characters that may split
 
 
 def test_long_prompts_without_tokenize_take_one_word_per_token_and_the_cap(rig, capsys):

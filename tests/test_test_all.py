@@ -113,5 +113,6 @@ def test_a_scenario_without_molecules_idempotence_checks_it_in_its_verify():
         sequence = yaml.safe_load(path.read_text())["scenario"]["test_sequence"]
         assert sequence[-2:] == ["verify", "destroy"], path
         if "idempotence" not in sequence:
+            # a nested run's PLAY RECAP read for changed=0 (deploy), or each host's count (fleet)
             verify = (path.parent / "verify.yml").read_text()
-            assert "changed=0\\s+unreachable=0\\s+failed=0" in verify, path
+            assert re.search(r"changed=(0\\s|\(\[0-9\]\+\))", verify), path

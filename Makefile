@@ -10,7 +10,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-SCENARIOS ?= default existing deploy fleet driver
+SCENARIOS ?= deploy fleet existing driver
 
 .PHONY: setup venv engine engine-stop images host-packages lint pytest molecule test demo demo-clean upstream-watch
 

@@ -2,12 +2,12 @@
 # The README's test command (`make test`): set-up and lint, then two lanes at once, then a short
 # summary (lint, pytest counts, each Molecule scenario's result and phase times, total time)
 # whether the run passed or failed. A Molecule run keeps about one core busy (the modules' Python
-# on the rig, then Ansible on the controller, in turn), so on two cores a second lane nearly
-# halves the wall time: lane "rigs" runs the scenarios, lane "fleet" runs pytest, then the
-# scenarios named in VDF_FLEET_LANE (default fleet, as long as the others together). No two
-# scenarios share a rig, a package cache or a port. VDF_LANES=1 runs everything in one lane.
-# Each lane's output is printed as it comes, its lines marked [rigs] or [fleet]; the logs are
-# .ci/last-run.log (all) and .ci/lane-<lane>.log.
+# on the rig, then Ansible on the controller, in turn), so on two cores a second lane uses the
+# other: lane "scenarios" runs the Molecule scenarios, lane "pytest" runs pytest, then the
+# scenarios named in VDF_AFTER_PYTEST (default "fleet existing", so that both lanes take about
+# as long). No two scenarios share a rig, a package cache or a port. VDF_LANES=1 runs everything
+# in one lane. Each lane's output is printed as it comes, its lines marked [scenarios] or
+# [pytest]; the logs are .ci/last-run.log (all) and .ci/lane-<lane>.log.
 #   scripts/test-all.sh [scenario ...]    (default: the Makefile's SCENARIOS)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,15 +58,16 @@ leftovers() {  # what the tests left where a person's real files go: new reports
 }
 
 # The scenarios of each lane, in the order given.
-FLEET_LANE=() RIGS_LANE=() LANE_PIDS=()
+AFTER_PYTEST=() SCENARIOS=() LANE_PIDS=()
 for scenario in "$@"; do
-  if [[ " ${VDF_FLEET_LANE:-fleet} " == *" ${scenario} "* ]]; then FLEET_LANE+=("${scenario}"); else RIGS_LANE+=("${scenario}"); fi
+  if [[ " ${VDF_AFTER_PYTEST:-fleet existing} " == *" ${scenario} "* ]]; then AFTER_PYTEST+=("${scenario}")
+  else SCENARIOS+=("${scenario}"); fi
 done
-rigs_lane() { step molecule-rigs ./scripts/molecule-timed.sh "${RIGS_LANE[@]}"; }
-fleet_lane() {
+scenarios_lane() { step molecule ./scripts/molecule-timed.sh "${SCENARIOS[@]}"; }
+pytest_lane() {
   # Set-up is done: -o keeps make from probing the engine and images again while rigs run.
   step pytest make --no-print-directory -o venv -o images -o host-packages pytest
-  step molecule-fleet ./scripts/molecule-timed.sh "${FLEET_LANE[@]}"
+  step molecule-after-pytest ./scripts/molecule-timed.sh "${AFTER_PYTEST[@]}"
 }
 
 MARK="$(mktemp)"    # its time is the run's start; its lines, the dangling images before it
@@ -76,11 +77,12 @@ step lint make --no-print-directory lint
 rm -f .ci/lane-*.log
 trap 'trap - INT TERM; kill 0' INT TERM    # a stopped run stops both lanes
 if [ "${VDF_LANES:-2}" -ge 2 ]; then
-  echo "== two lanes at once, lines marked: [rigs] ${RIGS_LANE[*]:-}; [fleet] pytest ${FLEET_LANE[*]:-}" | tee -a "${LOG}"
-  lane rigs rigs_lane
-  lane fleet fleet_lane
+  echo "== two lanes at once, lines marked: [scenarios] ${SCENARIOS[*]:-}; [pytest] pytest ${AFTER_PYTEST[*]:-}" \
+    | tee -a "${LOG}"
+  lane scenarios scenarios_lane
+  lane pytest pytest_lane
 else
-  one_lane() { fleet_lane; rigs_lane; }
+  one_lane() { pytest_lane; scenarios_lane; }
   lane one one_lane
 fi
 wait "${LANE_PIDS[@]}"

@@ -68,18 +68,20 @@ def run_all(tmp_path, scenarios, *order, **env):
     return run, events
 
 
-def test_pytest_and_fleet_run_beside_the_other_scenarios(tmp_path):
-    run, events = run_all(tmp_path, {"default": SEQUENCE, "fleet": SEQUENCE}, "default", "fleet")
+def test_pytest_then_fleet_and_existing_run_beside_the_other_scenarios(tmp_path):
+    run, events = run_all(tmp_path, {"default": SEQUENCE, "fleet": SEQUENCE, "existing": SEQUENCE},
+                          "default", "fleet", "existing")
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.rstrip().splitlines()[-1].endswith("PASSED")
-    # default's rig works while pytest runs, and fleet starts only after pytest.
+    # default's rig works while pytest runs; fleet, then existing, only after pytest.
     assert events["molecule default converge"]["start"] < events["make pytest"]["end"]
     assert events["molecule fleet destroy"]["start"] >= events["make pytest"]["end"]
-    assert "[rigs] == molecule default: passed" in run.stdout
-    assert "[fleet] == molecule fleet: passed" in run.stdout
+    assert events["molecule existing destroy"]["start"] >= events["molecule fleet verify"]["end"]
+    assert "[scenarios] == molecule default: passed" in run.stdout
+    assert "[pytest] == molecule fleet: passed" in run.stdout
     assert re.search(r"^molecule default: passed$", run.stdout, re.M)      # in the summary too
     log = (tmp_path / "repo/.ci/last-run.log").read_text()
-    assert "[fleet] == pytest:" in log and "[rigs] == molecule-rigs:" in log
+    assert "[pytest] == pytest:" in log and "[scenarios] == molecule:" in log
 
 
 def test_a_scenario_failing_in_one_lane_fails_the_run_and_the_other_lane_finishes(tmp_path):
@@ -87,7 +89,7 @@ def test_a_scenario_failing_in_one_lane_fails_the_run_and_the_other_lane_finishe
                           FAIL="default:verify")
     assert run.returncode == 1
     assert run.stdout.rstrip().splitlines()[-1].endswith("FAILED")
-    assert re.search(r"^molecule-rigs +FAILED", run.stdout, re.M)
+    assert re.search(r"^molecule +FAILED", run.stdout, re.M)
     assert "molecule fleet verify" in events              # the fleet lane went on
     assert re.search(r"^molecule fleet: passed$", run.stdout, re.M)
 

@@ -118,3 +118,33 @@ def test_a_scenario_without_molecules_idempotence_checks_it_in_its_verify():
             # a nested run's PLAY RECAP read for changed=0 (deploy), or each host's count (fleet)
             verify = (path.parent / "verify.yml").read_text()
             assert re.search(r"changed=(0\\s|\(\[0-9\]\+\))", verify), path
+
+
+def lanes_of_make_test():
+    """The scenarios of each lane as `make test` runs them: the Makefile's SCENARIOS, split by
+    test-all.sh's default VDF_AFTER_PYTEST."""
+    scenarios = re.search(r"^SCENARIOS \?= (.+)$", (ROOT / "Makefile").read_text(), re.M)[1].split()
+    after = re.search(r'VDF_AFTER_PYTEST:-([a-z ]+)\}', (ROOT / "scripts/test-all.sh").read_text())
+    after = after[1].split()
+    return [s for s in scenarios if s not in after], [s for s in scenarios if s in after]
+
+
+def writable_host_folders(scenario):
+    """The host folders a scenario's rigs mount writable (named volumes and :ro left out)."""
+    config = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text())
+    folders = set()
+    for platform in config["platforms"]:
+        for volume in platform.get("volumes", []):
+            host, _, rest = volume.partition(":/")
+            if host.startswith("${VDF_CACHE") and not rest.endswith(":ro"):
+                folders.add(host)
+    return folders
+
+
+def test_scenarios_in_different_lanes_share_no_writable_cache():
+    # Two rigs running apt at once over one archive folder fight over its lock.
+    one, other = lanes_of_make_test()
+    assert one and other and "fleet" in other
+    shared = {(a, b, folder) for a in one for b in other
+              for folder in writable_host_folders(a) & writable_host_folders(b)}
+    assert not shared

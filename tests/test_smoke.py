@@ -239,8 +239,10 @@ def test_speed_reports_medians_at_c1_and_cN_from_the_rig_rate(double, capsys, tm
     c1, cn = speed["c1"], speed["cN"]
     assert (c1["requests"], c1["ok"], cn["requests"], cn["ok"]) == (1, 1, 4, 4)
     for level in (c1, cn):
-        assert 60 <= level["tokens_per_s"] <= 101  # 30 intervals of 10 ms, sleeps only overshoot
-        assert 0.2 <= level["ttft_s"] < 0.6
+        # 30 intervals of 10 ms: sleeps only overshoot, and far more when make test's two lanes
+        # keep both cores busy (below 60 once, with a third load on them)
+        assert 40 <= level["tokens_per_s"] <= 101
+        assert 0.2 <= level["ttft_s"] < 1.0
         for sample in level["samples"]:
             assert sample["completion_tokens"] == 31
             assert sample["counted_from"] == "usage"

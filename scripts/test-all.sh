@@ -24,7 +24,7 @@ step() {  # name command...: runs one step, records its result and wall time
   echo "== ${name}: $*" | tee -a "${LOG}"
   "$@" 2>&1 | tee -a "${LOG}"
   rc=${PIPESTATUS[0]}
-  printf '%-16s %-6s %5ss\n' "${name}" "$([ "${rc}" -eq 0 ] && echo ok || echo FAILED)" "$(( $(date +%s) - t0 ))" >>"${SUMMARY}"
+  printf '%-22s %-6s %5ss\n' "${name}" "$([ "${rc}" -eq 0 ] && echo ok || echo FAILED)" "$(( $(date +%s) - t0 ))" >>"${SUMMARY}"
   return "${rc}"
 }
 

@@ -189,11 +189,11 @@ def wait_for(port, host, timeout=10.0):
 
 
 @contextlib.contextmanager
-def running_proxy(base: Path, engine_port: int):
+def running_proxy(base: Path, engine_port: int, **overrides):
     """nginx in the foreground with the role's site rendered for `engine_port`."""
     paths = nginx_tree(base)
     ports = {"lan": free_port(LAN), "engine": engine_port}
-    result, out = render_site(base, paths, ports)
+    result, out = render_site(base, paths, ports, **overrides)
     assert result.returncode == 0, out
     with open(base / "nginx.out", "w") as console:
         process = subprocess.Popen(
@@ -278,6 +278,46 @@ def test_metrics_only_with_the_scrape_token(proxy):
     assert request(proxy["port"], "GET", "/metrics", headers=BEARER)[0] == 404
     assert GuardLikeVllm.seen == ["/metrics"]    # the refused ones never reached the engine
     assert GuardLikeVllm.authorization["/metrics"] is None    # nor did the scrape token
+
+
+def metrics_status(port, authorization):
+    return request(port, "GET", "/metrics", headers={"Authorization": authorization})[0]
+
+
+def test_the_scrape_token_is_compared_exactly_and_whole(proxy):
+    """nginx compares a map's plain strings ignoring case: the token is compared case-sensitively
+    and as a whole. The scheme word is not: RFC 7235 (2.1) makes an auth-scheme case-insensitive,
+    and RFC 6750 (2.1) allows one or more spaces after it."""
+    port, token = proxy["port"], METRICS_TOKEN
+    for other in (token.lower(), token.upper(), token.swapcase(), token[:-1], token[1:],
+                  token + "x", "x" + token, token + "0", f"{token}, Bearer x", f"x {token}"):
+        assert metrics_status(port, f"Bearer {other}") == 404, other
+    for header in (token, f"Bearer{token}", f"Basic {token}", f"Bearer {token} x",
+                   f"Bearer: {token}", f"XBearer {token}"):
+        assert metrics_status(port, header) == 404, header
+    assert metrics_status(port, f"Bearer {token}") == 200
+    assert metrics_status(port, f"bearer {token}") == 200
+    assert metrics_status(port, f"BEARER  {token}") == 200
+
+
+SPECIAL_TOKEN = "a.b+c~d/e=-_Z9.=="  # noqa: S105 (test data: every character a token may hold)
+
+
+@pytest.fixture(scope="module")
+def special_proxy(tmp_path_factory, backend):
+    with running_proxy(tmp_path_factory.mktemp("special-proxy"), backend,
+                       vllm_dual_fast_metrics_token=SPECIAL_TOKEN) as running:
+        yield running
+
+
+def test_a_token_with_regex_characters_is_compared_as_written(special_proxy):
+    """`.` and `+` are PCRE's, `~` starts a regex in nginx's map: each is a literal here."""
+    port = special_proxy["port"]
+    assert metrics_status(port, f"Bearer {SPECIAL_TOKEN}") == 200
+    for other in ("aXb+c~d/e=-_Z9.==", "a.bbc~d/e=-_Z9.==", "a.b+c~d/e=-_Z9X==",
+                  "a.b+c~d/e=-_Z9.===", "a.b+c~d/e=-_z9.==", SPECIAL_TOKEN[:-1],
+                  "~" + SPECIAL_TOKEN, ".*", "a.*"):
+        assert metrics_status(port, f"Bearer {other}") == 404, other
 
 
 def test_no_secret_lands_in_a_log(proxy):
@@ -465,7 +505,8 @@ def deploy_task(name_start):
 
 
 @pytest.mark.parametrize(("token", "refused"), [
-    ('secret"Token;X', True), ("Tok en", True), ("", False), ("aB3._~+/=-", False)])
+    ('secret"Token;X', True), ("Tok en", True), ("tok\\en", True), ("tok$en", True),
+    ("tok{2}", True), ("(?i)tok", True), ("", False), ("aB3._~+/=-", False)])
 def test_a_token_nginx_cannot_compare_is_refused_without_showing_it(tmp_path, token, refused):
     """deploy.yml refuses it before anything changes (proxy.yml writes it into nginx's map)."""
     plays = [{

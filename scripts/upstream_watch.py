@@ -9,8 +9,14 @@ Releases: every final release on the index newer than the newest the registry ha
 (flashinfer-python: the entry's ``versions_tested``; vllm: ``watch.vllm_versions_tested``), or,
 with ``--from PACKAGE=VERSION``, every final release from VERSION on (inclusive). Each is fetched
 once into the cache (``--cache``, else ``$VDF_CACHE``, else ~/.cache/vllm-dual-fast; FlashInfer
-archives under flashinfer/, the same folder the tests use, vLLM wheels under vllm/) with
-``pip download --no-deps`` and read as an archive: nothing is installed or imported.
+archives under flashinfer/, the same folder the tests use, vLLM wheels under vllm/) straight from
+the index's simple API (PEP 691 JSON, or PEP 503 HTML; the index pip is configured with:
+$PIP_INDEX_URL, else pip's index-url, else PyPI), kept only when its sha256 is the one the index
+lists, and read as an archive (a wheel as a zip, a FlashInfer sdist as a tar.gz): nothing is
+built, installed, imported or run. pip is never asked to download: it would prepare an sdist's
+metadata by running the release's own build backend, on the controller that holds the fleet's
+SSH keys and vault password. A release with no such archive on the index (no wheel; for
+FlashInfer no wheel and no .tar.gz sdist) could not be checked: verdict error.
 
 FlashInfer: files/patcher.py's own parser (classify) on decode.py, prefill.py, sparse.py and
 pod.py, as ``patcher.py --check --json`` would see them in an installed tree: ``needs-patch``
@@ -33,7 +39,8 @@ Verdicts (per release; the overall one is the worst):
 
 Exit codes: 0 nothing new; 3 new releases, patch still needed and known; 4 drop-when met for at
 least one release (none must be learned); 2 the patcher or the flags check must learn something
-first; 1 could not run (index unreachable, a release could not be fetched or read, bad registry).
+first; 1 could not run (index unreachable, a release could not be fetched or read, no archive
+this tool reads, a file whose sha256 is not the index's, bad registry).
 
 ``--record`` writes the registry: releases whose layout the patcher knows join
 ``versions_tested`` (FlashInfer) or ``watch.vllm_versions_tested`` (vLLM), and every checked
@@ -46,9 +53,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import base64
 import contextlib
 import datetime
-import glob
+import hashlib
+import html.parser
 import importlib.util
 import json
 import os
@@ -77,6 +86,9 @@ FLASHINFER, VLLM = "flashinfer-python", "vllm"
 PACKAGES = (FLASHINFER, VLLM)
 CACHE_FOLDER = {FLASHINFER: "flashinfer", VLLM: "vllm"}
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+# PEP 691: JSON preferred, the HTML forms accepted (PEP 503 indexes, mirrors, proxies).
+SIMPLE_ACCEPT = (f"{SIMPLE_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, "
+                 "text/html;q=0.01")
 
 EXIT_NOTHING_NEW, EXIT_ERROR, EXIT_MUST_LEARN, EXIT_PATCH_NEEDED, EXIT_DROP = 0, 1, 2, 3, 4
 NOTHING_NEW, PATCH_NEEDED, DROP_WHEN_MET, MUST_LEARN, ERROR = (
@@ -147,30 +159,107 @@ def index_url() -> str:
     return PyPI.simple_url
 
 
+def _without_credentials(url: str) -> tuple:
+    """(the URL without user:password@, its host, a Basic Authorization header or None): pip
+    accepts credentials in the index URL; they go to that host only, never into the output."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, parts.hostname, None
+    netloc = parts.hostname if ":" not in (parts.hostname or "") else f"[{parts.hostname}]"
+    netloc += f":{parts.port}" if parts.port else ""
+    user, password = (urllib.parse.unquote(x or "") for x in (parts.username, parts.password))
+    pair = f"{user}:{password}"
+    header = "Basic " + base64.b64encode(pair.encode()).decode()
+    return parts._replace(netloc=netloc).geturl(), parts.hostname, header
+
+
+def _open(url: str, accept: str, auth: tuple | None = None):
+    """urlopen for the index and its files: pip's CA bundle ($PIP_CERT) for https, the index's
+    credentials only to the index's host. file:// URLs are read as they are."""
+    headers = {"Accept": accept, "User-Agent": "vllm-dual-fast-upstream-watch"}
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 (index URLs)
+    if auth and urllib.parse.urlsplit(url).hostname == auth[0]:
+        request.add_unredirected_header("Authorization", auth[1])  # not sent on to a redirect
+    cafile = os.environ.get("PIP_CERT") or None
+    context = ssl.create_default_context(cafile=cafile) if url.startswith("https:") else None
+    return urllib.request.urlopen(request, timeout=60, context=context)  # noqa: S310
+
+
+class _SimpleHTML(html.parser.HTMLParser):
+    """The anchors of a PEP 503 project page: file name, URL, sha256 (fragment), yanked."""
+
+    def __init__(self):
+        super().__init__()
+        self.files: list = []
+        self._href: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._href = dict(attrs)
+            self._href["_text"] = ""
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self._href["_text"] += data
+
+    def handle_endtag(self, tag):
+        if tag != "a" or self._href is None:
+            return
+        attrs, self._href = self._href, None
+        url, _, fragment = (attrs.get("href") or "").partition("#")
+        algo, _, digest = fragment.partition("=")
+        name = attrs["_text"].strip() or urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        self.files.append({"filename": name, "url": url,
+                           "hashes": {algo: digest} if algo and digest else {},
+                           "yanked": "data-yanked" in attrs})
+
+
+def parse_simple_html(text: str) -> dict:
+    """A PEP 503 project page as the PEP 691 JSON form."""
+    parser = _SimpleHTML()
+    parser.feed(text)
+    parser.close()
+    return {"files": parser.files}
+
+
+def absolute_urls(project: dict, page_url: str) -> dict:
+    """The project page with each file's URL resolved against the page's own URL."""
+    files = [dict(f, url=urllib.parse.urljoin(page_url, f.get("url", ""))) for f in
+             project.get("files", [])]
+    return dict(project, files=files)
+
+
 def fetch_project(index: str, package: str) -> dict:
-    """The index's PEP 691 JSON page for a project. A file:// URL or a folder is read as
-    <folder>/<project>/index.json (the same JSON), so tests need no network."""
+    """The index's project page (PEP 691 JSON, or PEP 503 HTML read into the same form), file
+    URLs made absolute. A file:// URL or a folder is read as <folder>/<project>/index.json (the
+    JSON form), so tests need no network."""
     name = normalize(package)
     parsed = urllib.parse.urlparse(index)
     if parsed.scheme in ("", "file"):
         path = Path(urllib.parse.unquote(parsed.path) if parsed.scheme else index) / name
         try:
-            return json.loads((path / "index.json").read_text())
+            project = json.loads((path / "index.json").read_text())
         except (OSError, ValueError) as exc:
             raise WatchError(f"index {index}: {package}: {exc}") from None
-    url = index.rstrip("/") + f"/{name}/"
-    request = urllib.request.Request(url, headers={"Accept": SIMPLE_JSON})  # noqa: S310 (https)
-    cafile = os.environ.get("PIP_CERT") or None
-    context = ssl.create_default_context(cafile=cafile) if parsed.scheme == "https" else None
+        return absolute_urls(project, path.resolve().as_uri() + "/")
+    bare, host, header = _without_credentials(index)
+    url = bare.rstrip("/") + f"/{name}/"
     try:
-        with urllib.request.urlopen(request, timeout=60, context=context) as resp:  # noqa: S310
+        with _open(url, SIMPLE_ACCEPT, (host, header) if header else None) as resp:
             kind = resp.headers.get("Content-Type", "")
-            body = resp.read()
+            body, page_url = resp.read(), resp.geturl()
     except OSError as exc:
         raise WatchError(f"index {url}: {exc}") from None
-    if "json" not in kind:
-        raise WatchError(f"index {url} answered {kind or 'no content type'}, not {SIMPLE_JSON}")
-    return json.loads(body)
+    try:
+        if "json" in kind:
+            project = json.loads(body)
+        elif "html" in kind:
+            project = parse_simple_html(body.decode("utf-8", errors="replace"))
+        else:
+            raise ValueError(f"answered {kind or 'no content type'}, not {SIMPLE_JSON} or HTML")
+    except ValueError as exc:
+        raise WatchError(f"index {url}: {exc}") from None
+    return absolute_urls(project, page_url)
 
 
 def file_version(filename: str, package: str) -> str | None:
@@ -209,6 +298,19 @@ def releases(project: dict, package: str) -> dict:
     return dict(sorted(found.items(), key=lambda kv: Version(kv[0])))
 
 
+def release_files(project: dict, package: str, version: str) -> list:
+    """The project page's files of one release (not yanked), as the index lists them."""
+    out = []
+    for f in project.get("files", []):
+        found = file_version(f.get("filename", ""), package)
+        if f.get("yanked") or found is None:
+            continue
+        with contextlib.suppress(InvalidVersion):
+            if Version(found) == Version(version):
+                out.append(f)
+    return out
+
+
 def select(available: list, after: str | None = None, start: str | None = None) -> list:
     """Releases newer than `after`, or from `start` on (inclusive)."""
     if start is not None:
@@ -227,60 +329,99 @@ def cache_root(explicit: str | None = None) -> Path:
     return Path(root)
 
 
+def readable(filename: str, package: str) -> bool:
+    """An archive this tool reads without running anything: a wheel (zip), or for FlashInfer
+    (published as sources only from 0.2.x to 0.4.x) a .tar.gz sdist. A vLLM sdist is not
+    read: the FlashInfer it pins is in its wheel's metadata only."""
+    return filename.endswith(".whl") or (package == FLASHINFER and filename.endswith(".tar.gz"))
+
+
+def _rank(filename: str) -> tuple:
+    """Which of a release's archives to read: a pure-Python wheel, then an x86_64 Linux one,
+    then any other wheel, then the sdist (source reading only: the Python files are the same)."""
+    if not filename.endswith(".whl"):
+        return (3, filename)
+    platform = filename[:-4].rsplit("-", 1)[-1]
+    return (0 if platform == "any" else 1 if "linux" in platform and "x86_64" in platform
+            else 2, filename)
+
+
+def pick_archive(files: list, package: str) -> dict | None:
+    """The index file of a release this tool reads, or None when there is none."""
+    usable = [f for f in files if readable(f.get("filename", ""), package)]
+    return min(usable, key=lambda f: _rank(f["filename"])) if usable else None
+
+
 def cached_archive(folder: Path, package: str, version: str) -> Path | None:
-    dist = normalize(package).replace("-", "_")
-    for pattern in (f"{dist}-{version}-*.whl", f"{dist}-{version}.tar.gz"):
-        hits = sorted(glob.glob(str(folder / pattern)))
-        if hits:
-            return Path(hits[0])
-    return None
+    if not folder.is_dir():
+        return None
+    hits = []
+    for path in folder.iterdir():
+        found = file_version(path.name, package)
+        if path.name.startswith(".") or not path.is_file() or found is None:
+            continue
+        with contextlib.suppress(InvalidVersion):
+            if Version(found) == Version(version) and readable(path.name, package):
+                hits.append(path)
+    return min(hits, key=lambda p: _rank(p.name)) if hits else None
 
 
-def _pip_download(folder: Path, spec: str, extra: list, env: dict | None = None) -> None:
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(folder)]
-    subprocess.run([*cmd, *extra, spec], check=True, capture_output=True, env=env)
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
-def download(cache: Path, package: str, version: str, offline: bool = False) -> Path:
-    """The release's archive in the cache; fetched once with `pip download --no-deps` (a wheel;
-    for a FlashInfer release published as sources only, its sdist, never built)."""
+def fetch_file(entry: dict, folder: Path, auth: tuple | None = None) -> Path:
+    """One index file into `folder`, kept only when its sha256 is the index's."""
+    name, expected = entry["filename"], (entry.get("hashes") or {}).get("sha256", "").lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", expected):
+        raise WatchError(f"could not check: the index gives no sha256 for {name}; not fetched")
+    if Path(name).name != name or name.startswith("."):
+        raise WatchError(f"could not check: the index names a file {name!r}")
+    part = folder / f".{name}.part"
+    digest = hashlib.sha256()
+    try:
+        with _open(entry["url"], "*/*", auth) as resp, open(part, "wb") as out:
+            for chunk in iter(lambda: resp.read(1 << 20), b""):
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        raise WatchError(f"fetching {entry['url']}: {exc}") from None
+    if digest.hexdigest() != expected:
+        part.unlink(missing_ok=True)
+        raise WatchError(f"{name}: sha256 {digest.hexdigest()} is not the index's {expected}; "
+                         "not kept")
+    os.replace(part, folder / name)
+    return folder / name
+
+
+def download(cache: Path, package: str, version: str, project: dict | None,
+             offline: bool = False, auth: tuple | None = None) -> Path:
+    """The release's archive in the cache; fetched once from the index page `project` (the file
+    itself, over HTTP, checked against the index's sha256): nothing is built, installed or run.
+    A cached file the index lists with a sha256 is checked against it too."""
     folder = cache / CACHE_FOLDER[package]
     found = cached_archive(folder, package, version)
-    if found or offline:
-        if not found:
-            raise WatchError(f"{package} {version}: not in the cache {folder} (--offline)")
+    listed = {f["filename"]: f for f in release_files(project or {}, package, version)}
+    if found:
+        expected = (listed.get(found.name, {}).get("hashes") or {}).get("sha256", "").lower()
+        if expected and sha256_of(found) != expected:
+            raise WatchError(f"{found}: sha256 is not the index's {expected} (delete it to "
+                             "fetch it again)")
         return found
+    if offline:
+        raise WatchError(f"{package} {version}: not in the cache {folder} (--offline)")
+    entry = pick_archive(list(listed.values()), package)
+    if entry is None:
+        kinds = "wheel or .tar.gz sdist" if package == FLASHINFER else "wheel"
+        raise WatchError(f"could not check {package} {version}: the index offers no {kinds} of "
+                         f"it ({', '.join(sorted(listed)) or 'no files'})")
     folder.mkdir(parents=True, exist_ok=True)
-    spec = f"{package}=={version}"
-    # vLLM: the x86_64 wheel whatever this machine is (source reading only).
-    platform = (["--platform", "manylinux_2_28_x86_64", "--python-version", "3.12"]
-                if package == VLLM else [])
-    try:
-        _pip_download(folder, spec, ["--only-binary", ":all:", *platform])
-    except subprocess.CalledProcessError as exc:
-        if package == VLLM:
-            raise WatchError(f"pip download {spec}: {_tail(exc)}") from None
-        # Sources only (0.2.x to 0.4.x): pip prepares metadata even for `download`; with build
-        # isolation it installs build requirements, some gone from the index. So no isolation
-        # and a current setuptools on the path, as tests/flashinfer_releases.py does.
-        tools = folder / "_buildtools"
-        try:
-            if not (tools / "setuptools").is_dir():
-                subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target",
-                                str(tools), "setuptools"], check=True, capture_output=True)
-            _pip_download(folder, spec, ["--no-build-isolation"],
-                          dict(os.environ, PYTHONPATH=str(tools)))
-        except subprocess.CalledProcessError as exc2:
-            raise WatchError(f"pip download {spec}: {_tail(exc2)}") from None
-    found = cached_archive(folder, package, version)
-    if not found:
-        raise WatchError(f"pip download {spec} left no archive in {folder}")
-    return found
-
-
-def _tail(exc: subprocess.CalledProcessError) -> str:
-    text = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
-    return text[-1] if text else f"exit {exc.returncode}"
+    return fetch_file(entry, folder, auth)
 
 
 class Archive:
@@ -905,14 +1046,26 @@ def record(path: Path, results: list, checked_at: str) -> dict:
 
 
 class Watch:
-    def __init__(self, cache: Path, offline: bool = False):
-        self.cache, self.offline = cache, offline
+    def __init__(self, cache: Path, offline: bool = False, index: str | None = None):
+        self.cache, self.offline, self.index = cache, offline, index
+        self.projects: dict = {}
         self._fi: dict = {}
+
+    def project(self, package: str) -> dict:
+        """The index's page of a package, read once per run."""
+        if package not in self.projects:
+            self.projects[package] = fetch_project(self.index, package)
+        return self.projects[package]
+
+    def archive(self, package: str, version: str) -> Archive:
+        _, host, header = _without_credentials(self.index)
+        return Archive(download(self.cache, package, version, self.project(package),
+                                self.offline, (host, header) if header else None))
 
     def flashinfer(self, version: str) -> tuple:
         """(check, decode.py bytes) of one FlashInfer release, read once per run."""
         if version not in self._fi:
-            archive = Archive(download(self.cache, FLASHINFER, version, self.offline))
+            archive = self.archive(FLASHINFER, version)
             try:
                 decode = archive.read("flashinfer/decode.py")
                 self._fi[version] = (check_flashinfer(archive), decode, archive.path.name)
@@ -930,7 +1083,7 @@ class Watch:
                 row["flashinfer"] = check
                 verdict, reasons, drop = flashinfer_verdict(check)
             else:
-                archive = Archive(download(self.cache, VLLM, version, self.offline))
+                archive = self.archive(VLLM, version)
                 try:
                     row["archive"] = archive.path.name
                     row["vllm"] = check_vllm(archive, self.flashinfer)
@@ -967,10 +1120,10 @@ def watch(args) -> tuple:
     checked = tested(entry)
     starts = parse_from(args.start)
     index = args.index or index_url()
-    runner = Watch(cache_root(args.cache), args.offline)
+    runner = Watch(cache_root(args.cache), args.offline, index)
     rows, plan = [], {}
     for package in PACKAGES:
-        available = list(releases(fetch_project(index, package), package))
+        available = list(releases(runner.project(package), package))
         after = newest(checked[package])
         if package not in starts and after is None:
             raise WatchError(f"{registry}: no checked {package} release to start after: "
@@ -984,7 +1137,8 @@ def watch(args) -> tuple:
     result = {"overall": verdict, "exit_code": EXIT_CODES[verdict],
               "checked_at": datetime.datetime.now(datetime.timezone.utc)
               .strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "index": index, "cache": str(runner.cache), "selection": plan, "releases": rows,
+              "index": _without_credentials(index)[0], "cache": str(runner.cache),
+              "selection": plan, "releases": rows,
               "drop_when": " ".join(str(entry.get("drop_when", "")).split())}
     if args.record and verdict != ERROR:
         record(registry, rows, result["checked_at"])

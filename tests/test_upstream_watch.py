@@ -9,13 +9,20 @@ bench/results/upstream-watch.md reads the real wheels).
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import html
 import importlib.util
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tarfile
+import threading
 import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -470,6 +477,224 @@ def test_offline_release_not_in_the_cache_could_not_run(tmp_path):
     code, result = setup.run()
     assert row(result, "vllm", "0.34.0")["verdict"] == "error"
     assert code == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# Fetching from an index over HTTP: the files themselves, checked against the index's sha256,
+# never a build (the controller holds the fleet's SSH keys and vault password)
+
+
+class IndexHandler(BaseHTTPRequestHandler):
+    """A PEP 691 (JSON) or PEP 503 (HTML) simple index and its files, recording each request."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # noqa: A002 (http.server's signature)
+        pass
+
+    def send(self, status, body: bytes, kind: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        index = self.server.index
+        index.requests.append((self.path, self.headers.get("Accept", "")))
+        parts = self.path.strip("/").split("/")
+        if parts[:1] == ["simple"] and len(parts) == 2 and parts[1] in index.pages:
+            entries = index.pages[parts[1]]
+            if parts[1] in index.html:
+                links = "".join(
+                    f'<a href="../../files/{html.escape(e["filename"])}'
+                    f'{"#sha256=" + e["sha256"] if e["sha256"] else ""}"'
+                    f'{" data-yanked" if e["yanked"] else ""}>{html.escape(e["filename"])}</a><br>'
+                    for e in entries)
+                body = f"<!DOCTYPE html><html><body>{links}</body></html>".encode()
+                self.send(200, body, "text/html; charset=utf-8")
+            else:
+                files = [{"filename": e["filename"], "url": f"../../files/{e['filename']}",
+                          "hashes": {"sha256": e["sha256"]} if e["sha256"] else {},
+                          "yanked": e["yanked"]} for e in entries]
+                body = json.dumps({"meta": {"api-version": "1.1"}, "name": parts[1],
+                                   "files": files}).encode()
+                self.send(200, body, watch.SIMPLE_JSON)
+        elif parts[:1] == ["files"] and len(parts) == 2 and parts[1] in index.files:
+            self.send(200, index.files[parts[1]], "application/octet-stream")
+        else:
+            self.send(404, b"not found", "text/plain")
+
+
+class HttpIndex:
+    """A simple index served on loopback for one test."""
+
+    def __init__(self):
+        self.pages: dict = {"flashinfer-python": [], "vllm": []}
+        self.files: dict = {}
+        self.html: set = set()
+        self.requests: list = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), IndexHandler)
+        self.server.index = self
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
+
+    def add(self, package: str, filename: str, data: bytes, sha256: str | None = "",
+            yanked: bool = False) -> None:
+        digest = hashlib.sha256(data).hexdigest() if sha256 == "" else sha256
+        self.pages[package].append({"filename": filename, "sha256": digest, "yanked": yanked})
+        self.files[filename] = data
+
+    def fetched(self) -> list:
+        return [path.rsplit("/", 1)[1] for path, _ in self.requests if path.startswith("/files/")]
+
+
+@pytest.fixture
+def http_index():
+    index = HttpIndex()
+    index.thread.start()
+    yield index
+    index.server.shutdown()
+    index.server.server_close()
+
+
+def zipped(tree: dict) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for rel, data in tree.items():
+            zf.writestr(rel, data)
+    return buffer.getvalue()
+
+
+def fi_wheel(version: str, sources: dict) -> bytes:
+    tree = {f"flashinfer/{rel}": data for rel, data in sources.items()}
+    tree[f"flashinfer_python-{version}.dist-info/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n")
+    return zipped(tree)
+
+
+def trapped_sdist(version: str, sources: dict, marker: Path) -> bytes:
+    """A FlashInfer sdist whose in-tree build backend (and setup.py) writes `marker` when run:
+    what pip does to prepare an sdist's metadata, with or without build isolation."""
+    trap = (f"import pathlib\npathlib.Path({str(marker)!r}).write_text('the release ran')\n"
+            "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+            "def prepare_metadata_for_build_wheel(directory, config_settings=None):\n"
+            "    raise SystemExit('built')\n"
+            "def build_wheel(directory, config_settings=None, metadata_directory=None):\n"
+            "    raise SystemExit('built')\n"
+            "build_sdist = build_wheel\n"
+            "get_requires_for_build_sdist = get_requires_for_build_wheel\n")
+    top = f"flashinfer_python-{version}"
+    tree = {
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n",
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "vdf_trap_backend"\n'
+                          'backend-path = ["."]\n',
+        "vdf_trap_backend.py": trap,
+        "setup.py": trap,
+        **{f"flashinfer/{rel}": data for rel, data in sources.items()},
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
+        for rel, data in tree.items():
+            data = data.encode() if isinstance(data, str) else data
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def run_online(setup: Setup, index: HttpIndex, *args: str) -> tuple:
+    """The watch against the served index as pip is configured with it ($PIP_INDEX_URL, no
+    --index), fetching what is not in the cache."""
+    env = dict(os.environ, PIP_INDEX_URL=index.url)
+    argv = ["--registry", str(setup.registry), "--cache", str(setup.cache), "--json", *args]
+    proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=setup.root)
+    assert proc.stderr == "", proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_an_sdist_is_read_from_the_index_never_built(tmp_path, http_index):
+    """Sources only on the index: its tar.gz is fetched and read; its build backend never runs."""
+    marker = tmp_path / "the-release-ran"
+    sdist = trapped_sdist("0.7.5", target_sources("0.7.4"), marker)
+    http_index.add("flashinfer-python", "flashinfer_python-0.7.5.tar.gz", sdist)
+    setup = Setup(tmp_path)
+    code, result = run_online(setup, http_index)
+    assert not marker.exists(), "the sdist's build backend ran on the controller"
+    r = row(result, "flashinfer-python", "0.7.5")
+    assert r["archive"] == "flashinfer_python-0.7.5.tar.gz"
+    files = {f["name"]: f for f in r["flashinfer"]["files"]}
+    assert files["decode.py"]["status"] == "needs-patch"
+    pinned = sum(a["pinned"] for a in files["decode.py"]["allocations"])
+    assert pinned == KNOWN["0.7.4"]["decode.py"]
+    assert (r["verdict"], code, result["index"]) == ("patch-needed", 3, http_index.url)
+    assert http_index.fetched() == ["flashinfer_python-0.7.5.tar.gz"]
+    pages = [accept for path, accept in http_index.requests if path.startswith("/simple/")]
+    assert pages and all(accept.startswith(watch.SIMPLE_JSON) for accept in pages)
+    # The archive as the index served it, and nothing else: no build tools, nothing unpacked.
+    assert [p.name for p in (setup.cache / "flashinfer").iterdir()] == [r["archive"]]
+    assert (setup.cache / "flashinfer" / r["archive"]).read_bytes() == sdist
+
+
+def test_a_wheel_is_fetched_from_an_html_index_and_read_once(tmp_path, http_index):
+    """A PEP 503 (HTML) index: the wheels are fetched, checked against the link's sha256, read
+    as before, and fetched once (the next run reads the cache)."""
+    http_index.html.update({"flashinfer-python", "vllm"})
+    http_index.add("flashinfer-python", "flashinfer_python-0.7.5-py3-none-any.whl",
+                   fi_wheel("0.7.5", target_sources("0.7.4")))
+    http_index.add("flashinfer-python", "flashinfer_python-0.7.5.tar.gz", b"not read")
+    http_index.add("vllm", vllm_name("0.34.0"), zipped(vllm_tree("0.34.0", pin="0.7.5")))
+    http_index.add("vllm", "vllm-0.34.0.tar.gz", b"not read")
+    setup = Setup(tmp_path)
+    code, result = run_online(setup, http_index)
+    fi, v = row(result, "flashinfer-python", "0.7.5"), row(result, "vllm", "0.34.0")
+    assert fi["archive"] == "flashinfer_python-0.7.5-py3-none-any.whl"
+    assert fi["flashinfer"]["files"][0]["status"] == "needs-patch"
+    assert v["vllm"]["flashinfer_release"] == "0.7.5"
+    assert v["vllm"]["backend_plans_through_pinned_buffer"]["answer"] == "yes"
+    assert v["vllm"]["argument_parser"]["module"] == "vllm.entrypoints.common.cli_args"
+    assert ([fi["verdict"], v["verdict"]], code) == (["patch-needed", "patch-needed"], 3)
+    assert sorted(http_index.fetched()) == sorted(
+        ["flashinfer_python-0.7.5-py3-none-any.whl", vllm_name("0.34.0")])
+    again, result = run_online(setup, http_index)
+    assert again == 3 and len(http_index.fetched()) == 2, "fetched once"
+
+
+@pytest.mark.parametrize("sha256", ["0" * 64, None])
+def test_a_file_the_index_gives_no_matching_sha256_for_is_refused(tmp_path, http_index, sha256):
+    wheel = fi_wheel("0.7.5", target_sources("0.7.4"))
+    http_index.add("flashinfer-python", "flashinfer_python-0.7.5-py3-none-any.whl", wheel,
+                   sha256=sha256)
+    setup = Setup(tmp_path)
+    code, result = run_online(setup, http_index)
+    r = row(result, "flashinfer-python", "0.7.5")
+    assert r["verdict"] == "error" and "sha256" in r["reasons"][0], r
+    assert code == 1
+    assert list((setup.cache / "flashinfer").iterdir()) == [], "nothing unchecked is kept"
+
+
+def test_a_release_with_no_archive_the_watch_reads_could_not_be_checked(tmp_path, http_index):
+    """A .zip sdist (FlashInfer), an sdist alone (vLLM: only its wheel carries the pins)."""
+    http_index.add("flashinfer-python", "flashinfer_python-0.7.5.zip", b"PK")
+    http_index.add("vllm", "vllm-0.34.0.tar.gz", b"sources")
+    setup = Setup(tmp_path)
+    code, result = run_online(setup, http_index)
+    for package, version in (("flashinfer-python", "0.7.5"), ("vllm", "0.34.0")):
+        r = row(result, package, version)
+        assert r["verdict"] == "error" and "could not check" in r["reasons"][0], r
+        assert "no wheel" in r["reasons"][0], r
+    assert code == 1 and http_index.fetched() == []
+
+
+def test_index_credentials_go_to_the_index_only_and_never_into_the_output():
+    bare, host, header = watch._without_credentials("https://u%40x:p%3As@Pypi.example:8443/simple/")
+    assert (bare, host) == ("https://pypi.example:8443/simple/", "pypi.example")
+    assert base64.b64decode(header.removeprefix("Basic ")) == b"u@x:p:s"
+    assert watch._without_credentials("/a/folder") == ("/a/folder", None, None)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -465,6 +467,97 @@ def test_the_engine_is_on_loopback_whenever_the_bind_is_not(tmp_path):
             **role_vars(), **variables, "_vllm_dual_fast_engine_address": derived["address"],
             "_vllm_dual_fast_engine_host_port": derived["port"]}))
         assert compose["services"]["vllm"]["ports"] == [f"{expected[1]}:{expected[2]}:8000"]
+
+
+def plain_role_vars():
+    """vars/main.yml's values that are not templates (names the release templates use)."""
+    data = yaml.safe_load((ROLE / "vars/main.yml").read_text())
+    return {k: v for k, v in data.items() if not isinstance(v, str) or "{{" not in v}
+
+
+# A loopback bind written as a name or as IPv6: the engine is published where Compose can.
+LOOPBACK_BINDS = {"127.0.0.1": ("127.0.0.1", "127.0.0.1:8000:8000"),
+                  "localhost": ("127.0.0.1", "127.0.0.1:8000:8000"),
+                  "::1": ("::1", "[::1]:8000:8000")}
+
+
+@pytest.mark.parametrize("bind", [*LOOPBACK_BINDS, "0.0.0.0", "::"])  # noqa: S104 (binds)
+def test_every_loopback_bind_renders_a_compose_file_compose_accepts(tmp_path, bind):
+    """`localhost` and `::1` pass as loopback: `docker compose config` must accept the ports line
+    (Compose takes an IP, not a name, and an IPv6 one in brackets)."""
+    from test_release_secrets import docker_compose, render, role_vars
+
+    derived = derived_endpoint(tmp_path, vllm_dual_fast_bind_address=bind)
+    address, line = LOOPBACK_BINDS.get(bind, ("127.0.0.1", "127.0.0.1:8001:8000"))
+    assert (derived["proxied"], derived["address"]) == (bind not in LOOPBACK_BINDS, address)
+    variables = {**role_vars(), **plain_role_vars(), "vllm_dual_fast_bind_address": bind,
+                 "_vllm_dual_fast_engine_address": derived["address"],
+                 "_vllm_dual_fast_engine_host_port": derived["port"]}
+    text = render("compose.yml.j2", variables)
+    assert yaml.safe_load(text)["services"]["vllm"]["ports"] == [line]
+    if not docker_compose():
+        pytest.skip("no Docker Compose CLI here")
+    (tmp_path / "compose.yml").write_text(text)
+    (tmp_path / "vllm.env").write_text(render("vllm.env.j2", variables))
+    (tmp_path / "api-key").write_text("k")
+    result = subprocess.run(["docker", "compose", "--file", str(tmp_path / "compose.yml"),
+                             "config", "--format", "json"], capture_output=True, text=True,
+                            timeout=60, check=False, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    ports = json.loads(result.stdout)["services"]["vllm"]["ports"]
+    assert [(p["host_ip"], int(p["published"]), p["target"]) for p in ports] == [
+        (address, derived["port"], 8000)]
+
+
+def smoke_base_url(tmp_path, serving):
+    """The --base-url health.yml's smoke is given for the release that serves (its manifest)."""
+    block = next(t for t in yaml.safe_load((ROLE / "tasks/health.yml").read_text())
+                 if t["name"].startswith("Smoke the endpoint"))
+    out = tmp_path / f"argv-{len(list(tmp_path.glob('argv-*')))}.json"
+    plays = [{
+        "name": "Evaluate the smoke's arguments",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
+        "tasks": [{"name": "Write them", "vars": block["vars"],
+                   "ansible.builtin.copy": {"dest": str(out), "mode": "0644",
+                                            "content": "{{ _smoke_argv | to_json }}"}}],
+    }]
+    result, text = run_playbook(tmp_path, plays, {"_vllm_dual_fast_serving": {
+        "dir": "/r", "served_model_name": "q", "api_key_set": False, **serving}})
+    assert result.returncode == 0, text
+    argv = json.loads(out.read_text())
+    return argv[argv.index("--base-url") + 1]
+
+
+@pytest.mark.parametrize("bind", LOOPBACK_BINDS)
+def test_the_health_check_reaches_the_engine_of_every_loopback_bind(tmp_path, bind):
+    """The smoke's URL, from the manifest deploy.yml writes (and from one written before the
+    proxy, with neither engine key), reaches a server listening where Compose publishes."""
+    derived = derived_endpoint(tmp_path, vllm_dual_fast_bind_address=bind)
+    address = LOOPBACK_BINDS[bind][0]
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+    class Server(ThreadingHTTPServer):
+        address_family = family
+
+    server = Server((address, 0), GuardLikeVllm)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        for serving in ({"bind_address": bind, "port": 1, "engine_address": derived["address"],
+                         "engine_port": port},
+                        {"bind_address": bind, "port": port}):
+            url = smoke_base_url(tmp_path, serving)
+            # A URL as RFC 3986 writes it (an IPv6 host in brackets), not one only Python's
+            # http.client happens to split right.
+            parts = urllib.parse.urlsplit(url)
+            assert (parts.hostname, parts.port) in ((address, port), (bind, port)), url
+            with urllib.request.urlopen(url + "/health", timeout=10) as response:  # noqa: S310
+                assert response.status == 200, url
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def run_proxy_tasks(tmp_path, nginx_dir, **variables):

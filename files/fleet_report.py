@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fleet report of a rollout: one row per rig (standard library only, Python 3.9+).
 
-    python3 fleet_report.py --reports DIR [--pulled DIR] [--state-dir DIR] [--hosts A,B,...]
-                            [--stale-after SECONDS] --out DIR [--print]
+    python3 fleet_report.py --reports DIR [--pulled DIR [--rig-keys FILE]] [--state-dir DIR]
+                            [--hosts A,B,...] [--stale-after SECONDS] --out DIR [--print]
 
 Inputs
   --reports DIR  the per-rig health reports the role writes on the controller, DIR/<host>.json
@@ -13,11 +13,24 @@ Inputs
   --pulled DIR   the same reports as uploaded by rigs that pull (same shape, plus "pull": {state,
                  ref, commit, rc, at, signer, reason, next_try} of the run that uploaded it, as
                  the pull script writes it); a folder that does not exist yet counts as empty.
-                 A report whose "host" is not its file name (DIR/<host>.json, where the rig was
-                 let upload) is kept under the file name and flagged (host_mismatch, its
-                 reason, a footer line), never taken as the rig it names. Per host the report
-                 with the newest checked_at wins (ISO 8601; no offset counts as UTC; on a tie
-                 or an unreadable time, --reports).
+                 Each upload is the pull script's signed envelope (files/schemas/
+                 signed-report.schema.json: the report's JSON text and the rig's SSH signature
+                 of it); a bare report is read as an unsigned one. Per host the report with the
+                 newest checked_at wins (ISO 8601; no offset counts as UTC; on a tie or an
+                 unreadable time, --reports).
+  --rig-keys FILE  the fleet's list of rig keys (git's allowed-signers format, one line per rig
+                 name, namespaces="vllm-dual-fast-report"; each enrolment adds its rig's line).
+                 Each pulled upload must verify as the rig it claims to be: the file name it was
+                 uploaded under (DIR/<rig>.json) is that rig, its signature must verify with
+                 `ssh-keygen -Y verify -I <rig> -n vllm-dual-fast-report` against FILE, and the
+                 signed report's "host" must be <rig>. An unsigned, mis-signed or misnamed
+                 upload, or one of a rig not in FILE, gets no row and no state: it is listed
+                 apart ("not_verified": {file, rig, why}; "not verified: <why>" after the
+                 footer); a rig of --hosts with nothing else is "no-report", saying why. A FILE
+                 that does not exist verifies nothing. Without --rig-keys the uploads are read
+                 unverified, and the footer says so loudly (rows "verified": false; a report
+                 whose "host" is not its file name is then kept under the file name and
+                 flagged: host_mismatch, its reason, a footer line).
   --state-dir DIR  the rollout's state, one file per rig, DIR/<host>.json holding that rig's
                  object as playbooks/tasks/rollout_record.yml writes it: {host, state, reason,
                  release, previous_release, previous_speed, at, history}. Its "host" key, else
@@ -55,8 +68,8 @@ Inputs
                  A file that does not exist counts as no rollout (a report without those lines).
 
 Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rollout",
-"outcome", "rows", "footer", "not_in_inventory"}) and .md (the rollout's lines, a table, its
-footer, then the rigs listed apart), written whole (no
+"outcome", "rows", "footer", "not_in_inventory", "not_verified"}) and .md (the rollout's lines,
+a table, its footer, the rigs listed apart, then the uploads not verified), written whole (no
 half-written file); their paths on stderr; --print prints the Markdown on stdout. One row per rig:
 host, state, release (the report's, else the state's), image and vLLM version (the report's),
 FlashInfer version (the report's patch_report), patch (patch_class of the report's patch_status:
@@ -82,7 +95,9 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT = 0, 1, 2
 STATES = ("updated", "unchanged", "rolled-back", "failed", "lost", "not-reached", "unreachable",
@@ -103,6 +118,14 @@ REASON_CHARS = 160
 # The rollout's own record beside the rigs' reports (rollout_info.yml): not a rig's report.
 ROLLOUT_FILE = "rollout.json"
 NONE = "—"
+# A pulled rig's upload (files/schemas/signed-report.schema.json, built by the pull script):
+# the report's JSON text signed with the rig's own key, made on the rig at enrolment.
+SIGNED_FORMAT = "vllm-dual-fast/signed-report"
+NAMESPACE = "vllm-dual-fast-report"
+# A rig name that is one principal of an allowed-signers file (no pattern, no list).
+RIG_NAME = re.compile(r"^[A-Za-z0-9._@+-]+$")
+UNVERIFIED_LINE = ("Pulled reports NOT verified (no --rig-keys given): any rig, or anyone who "
+                   "can write to the report share, may have written them")
 
 
 class BadInput(Exception):
@@ -286,6 +309,82 @@ def pull_reason(report) -> str:
             f"serving {serving}")
 
 
+def parse_upload(data: bytes) -> dict:
+    """What a pulled upload holds: {"text": the report's JSON text or None, "report": it as a
+    dict or None, "signature": the armored SSH signature or None, "why": why it is not a
+    signed report (None when it is)}. A bare report (no envelope) is an unsigned one."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return {"text": None, "report": None, "signature": None,
+                "why": f"not JSON ({type(exc).__name__})"}
+    if not (isinstance(value, dict) and value.get("format") == SIGNED_FORMAT):
+        report = value if isinstance(value, dict) else None
+        return {"text": None, "report": report, "signature": None,
+                "why": "unsigned (a bare report, not the pull script's signed upload)"}
+    text = value.get("report")
+    try:
+        report = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        report = None
+    signature = value.get("signature")
+    why = None
+    if value.get("version") != 1 or value.get("namespace") != NAMESPACE:
+        why = "an envelope of another version or namespace"
+    elif not isinstance(report, dict):
+        why = "its report is not a JSON object"
+    elif not isinstance(signature, str) or not signature.strip():
+        why = "unsigned" + (f" ({one_line(value['unsigned_reason'], 80)})"
+                            if _text(value.get("unsigned_reason")) else "")
+    return {"text": text if isinstance(text, str) else None,
+            "report": report if isinstance(report, dict) else None,
+            "signature": signature if isinstance(signature, str) else None, "why": why}
+
+
+def rig_key_names(text: str) -> set:
+    """The principals (rig names) of an allowed-signers file's text."""
+    names = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            names.update(name for name in line.split()[0].split(",") if name)
+    return names
+
+
+def ssh_verify(keys_path: str, rig: str, text: str, signature: str) -> bool:
+    """Whether `signature` is rig `rig`'s (by FILE keys_path) of `text`, in this tool's
+    namespace: `ssh-keygen -Y verify`, the text on its stdin."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sig", encoding="ascii") as sig:
+        sig.write(signature)
+        sig.flush()
+        try:
+            run = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", keys_path, "-I", rig,
+                                  "-n", NAMESPACE, "-s", sig.name], input=text.encode("utf-8"),
+                                 capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return run.returncode == 0
+
+
+def verify_upload(rig: str, upload: dict, keys_path, enrolled: set, verify=ssh_verify):
+    """(report, None) when `upload` (parse_upload's) verifies as rig `rig` (the name it was
+    uploaded under), else (None, why): unsigned, a rig not in the keys file, a signature not
+    the rig's (another rig's key, or changed after signing), or a report naming another host."""
+    if not RIG_NAME.match(rig):
+        return None, f"{rig!r} is not a rig name"
+    if upload["why"]:
+        return None, upload["why"]
+    if keys_path is None or rig not in enrolled:
+        return None, f"{rig} is not in the rig keys file (not enrolled, or its line is missing)"
+    if not verify(keys_path, rig, upload["text"], upload["signature"]):
+        return None, (f"its signature does not verify as {rig}'s (signed with another rig's "
+                      "key, or changed after signing)")
+    host = upload["report"].get("host")
+    if host != rig:
+        return None, f"the signed report names host {host!r}, uploaded as {rig!r}"
+    return upload["report"], None
+
+
 def _ago(seconds) -> str:
     if seconds is None:
         return "at no readable time"
@@ -300,11 +399,12 @@ NO_STATE = "the rollout recorded no state for this rig"
 
 
 def row_for(host: str, report=None, state=None, missing_state=False, now=None,
-            stale_after=STALE_AFTER_S) -> dict:
+            stale_after=STALE_AFTER_S, unverified=None) -> dict:
     """One rig's row from its merged report (None: none) and its rollout state (None: none);
     missing_state: the rig belongs to a rollout that recorded nothing for it (said in the
     reason when nothing else is). now: the time pulled rigs' staleness is judged at (None:
-    none is stale)."""
+    none is stale). unverified: why the rig's own upload was not verified (it is not the
+    report then)."""
     report = report or {}
     state = state or {}
     stale = None if state.get("state") else staleness(report, now, stale_after)
@@ -333,6 +433,9 @@ def row_for(host: str, report=None, state=None, missing_state=False, now=None,
         reason = one_line(failures) if failures else "unhealthy (no failure named)"
     if reason is None and missing_state and not state:
         reason = NO_STATE
+    if unverified:
+        reason = (f"uploaded report not verified: {unverified}"
+                  + (f"; {reason}" if reason else ""))
     claimed = report.get("_host_mismatch")
     if claimed:
         reason = (f"report names host {claimed!r}, not the {host!r} it was uploaded as"
@@ -365,6 +468,9 @@ def row_for(host: str, report=None, state=None, missing_state=False, now=None,
         "pull_signer": _text(_pull(report).get("signer")),
         "stale": bool(stale),
         "host_mismatch": _text(claimed),
+        # A pulled report: True verified as this rig's (--rig-keys), False read unverified;
+        # None: pushed (the controller fetched it itself) or no report.
+        "verified": report.get("_verified") if _pulled(report) else None,
         "reason": one_line(reason) if reason else None,
     }
 
@@ -406,9 +512,13 @@ def footer(rows) -> dict:
     if mismatched:
         lines.append("Reports naming another host than the one they were uploaded as: "
                      + ", ".join(mismatched) + ".")
+    unverified = [r["host"] for r in rows if r.get("verified") is False]
+    if unverified:
+        lines.append(f"**{UNVERIFIED_LINE}: " + ", ".join(unverified) + ".**")
     return {"rigs": len(rows), "states": counts, "reachable": len(reachable),
             "patch_droppable": droppable, "patch_holding": [r["host"] for r in holding],
-            "pinned": pinned, "stale": len(stale), "host_mismatch": mismatched, "lines": lines}
+            "pinned": pinned, "stale": len(stale), "host_mismatch": mismatched,
+            "pulled_unverified": unverified, "lines": lines}
 
 
 CHANGED = ("updated",)
@@ -515,6 +625,13 @@ def render_markdown(fleet: dict) -> str:
                                         row["report_from"], row["checked_at"])]
             out.append("| " + " | ".join(cells + [_cell(row["reason"]) if row["reason"]
                                                   else ""]) + " |")
+    forged = fleet.get("not_verified") or []
+    if forged:
+        out += ["", f"{len(forged)} uploaded report{'s' if len(forged) != 1 else ''} not "
+                "verified, listed apart and counted nowhere (no row, no state):", "",
+                "| File | Claimed rig | Why |", "|---|---|---|"]
+        out += [f"| {_cell(f['file'])} | {_cell(f['rig'])} | "
+                f"{_cell('not verified: ' + f['why'])} |" for f in forged]
     return "\n".join(out) + "\n"
 
 
@@ -555,6 +672,61 @@ def load_report_dir(folder: str, label: str, missing_ok: bool = False) -> tuple:
         if newer(report, reports.get(host)):
             reports[host] = report
     return reports, notes
+
+
+def read_rig_keys(path):
+    """(keys path or None, rig names, notes) of --rig-keys FILE; a FILE that does not exist (or
+    cannot be read) verifies nothing, and says so."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return path, rig_key_names(f.read()), []
+    except OSError as exc:
+        why = "does not exist" if isinstance(exc, FileNotFoundError) else (exc.strerror or exc)
+        return None, set(), [f"rig keys file {path} {why}: no pulled report can be verified"]
+
+
+def load_pulled_dir(folder: str, rig_keys=None, verify=ssh_verify) -> tuple:
+    """({rig: report}, notes, not_verified) from folder/*.json, each a pulled rig's upload
+    named for the rig it claims to be. rig_keys: read_rig_keys's (path, names) to verify
+    each against (verify_upload): those that fail are listed in not_verified ({file, rig,
+    why}), never as reports. None: uploads read unverified (flagged "_verified": False, and a
+    report naming another host than its file kept under the file name, flagged)."""
+    if not os.path.isdir(folder):
+        if not os.path.exists(folder):
+            return {}, [f"pulled: {folder} does not exist (yet): no reports there"], []
+        raise BadInput(f"pulled folder {folder} does not exist or is not a folder")
+    reports, notes, apart = {}, [], []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        name = os.path.basename(path)
+        if name.startswith("fleet-") or name == ROLLOUT_FILE:
+            continue
+        rig = name[:-len(".json")]
+        try:
+            with open(path, "rb") as f:
+                upload = parse_upload(f.read())
+        except OSError as exc:
+            upload = {"text": None, "report": None, "signature": None,
+                      "why": f"unreadable: {type(exc).__name__}"}
+        if rig_keys is not None:
+            report, why = verify_upload(rig, upload, *rig_keys, verify=verify)
+            if why:
+                apart.append({"file": name, "rig": rig, "why": why})
+                continue
+            report = dict(report, _verified=True)
+        else:
+            report = upload["report"]
+            if report is None:
+                report = {"_unreadable": f"report {name} unreadable: {upload['why']}"}
+            elif not isinstance(report.get("host"), str) or not report.get("host"):
+                notes.append(f"pulled: {name} skipped (not a rig report: no host)")
+                continue
+            elif report["host"] != rig:
+                report = dict(report, _host_mismatch=report["host"])
+            report = dict(report, _verified=False)
+        report["_from"] = "pulled"
+        if newer(report, reports.get(rig)):
+            reports[rig] = report
+    return reports, notes, apart
 
 
 def _read_json(path: str, what: str):
@@ -604,23 +776,29 @@ def split_hosts(found, hosts) -> tuple:
 
 
 def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None, hosts=(),
-                rollout=False, record=None, now=None, stale_after=STALE_AFTER_S) -> dict:
+                rollout=False, record=None, now=None, stale_after=STALE_AFTER_S,
+                not_verified=()) -> dict:
     """The fleet report: one row per rig of `hosts` (the rollout's rigs), sorted by host, and
     the rigs of the reports or the state outside it listed apart ("not_in_inventory", not in
     the footer); without `hosts`, one row per rig in the reports or the state. rollout: the
     state is a rollout's, so a rig of `hosts` missing from it says so. record: what the rollout
     was (--rollout), giving "rollout" and its "outcome". now, stale_after: pulled rigs with no
-    news for stale_after seconds before now are "stale" (now None: none is)."""
+    news for stale_after seconds before now are "stale" (now None: none is). not_verified:
+    the uploads that did not verify (load_pulled_dir's): listed apart, in no row's state."""
+    forged = {f["rig"]: f["why"] for f in not_verified}
     inside, apart = split_hosts(set(reports) | set(state), hosts)
     rows = [row_for(h, reports.get(h), state.get(h), missing_state=rollout and bool(hosts),
-                    now=now, stale_after=stale_after) for h in inside]
+                    now=now, stale_after=stale_after,
+                    unverified=None if (reports.get(h) or {}).get("_from") == "pulled"
+                    else forged.get(h)) for h in inside]
     counted = footer(rows)
     return {"generated_at": generated_at, "inputs": inputs or {}, "rows": rows,
             "rollout": record or {},
             "outcome": rollout_outcome(record, rows, counted["states"]) if record else None,
             "footer": counted,
             "not_in_inventory": [row_for(h, reports.get(h), state.get(h), now=now,
-                                         stale_after=stale_after) for h in apart]}
+                                         stale_after=stale_after) for h in apart],
+            "not_verified": list(not_verified)}
 
 
 def _write(path: str, text: str) -> None:
@@ -643,6 +821,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reports", required=True, metavar="DIR",
                         help="per-rig reports written by the role (DIR/<host>.json)")
     parser.add_argument("--pulled", metavar="DIR", help="reports uploaded by pulled rigs")
+    parser.add_argument("--rig-keys", metavar="FILE",
+                        help="the fleet's list of rig keys (allowed-signers format, written by "
+                             "enrolments): each pulled upload must verify as the rig it was "
+                             "uploaded as, else it is listed apart; without it, pulled reports "
+                             "are read unverified and the report says so")
     parser.add_argument("--state-dir", metavar="DIR",
                         help="the rollout's state, one DIR/<host>.json per rig")
     parser.add_argument("--hosts", default="", metavar="A,B,...",
@@ -675,11 +858,17 @@ def main(argv=None) -> int:
     now = datetime.datetime.now(datetime.timezone.utc)
     try:
         reports, notes = load_report_dir(args.reports, "reports")
-        sources = [reports]
+        sources, not_verified = [reports], []
         if args.pulled:
-            pulled, more = load_report_dir(args.pulled, "pulled", missing_ok=True)
+            rig_keys, keys_notes = None, []
+            if args.rig_keys:
+                keys_path, enrolled, keys_notes = read_rig_keys(args.rig_keys)
+                rig_keys = (keys_path, enrolled)
+            pulled, more, not_verified = load_pulled_dir(args.pulled, rig_keys)
             sources.append(pulled)
-            notes += more
+            notes += more + (keys_notes if pulled or not_verified else [])
+            if rig_keys is None and pulled:
+                notes.append(f"{UNVERIFIED_LINE} (give --rig-keys FILE)")
         state = load_state_dir(args.state_dir) if args.state_dir else {}
         record = (_read_json(args.rollout, "rollout file")
                   if args.rollout and os.path.exists(args.rollout) else None)
@@ -700,9 +889,9 @@ def main(argv=None) -> int:
         fleet = build_fleet(merge_reports(*sources), state,
                             now.isoformat(timespec="seconds").replace("+00:00", "Z"),
                             {"reports": args.reports, "pulled": args.pulled,
-                             "state": args.state_dir, "hosts": hosts},
+                             "rig_keys": args.rig_keys, "state": args.state_dir, "hosts": hosts},
                             hosts=hosts, rollout=bool(args.state_dir), record=record,
-                            now=now, stale_after=args.stale_after)
+                            now=now, stale_after=args.stale_after, not_verified=not_verified)
         paths = write_fleet(fleet, args.out, now.strftime("%Y%m%dT%H%M%SZ"))
     except Exception as exc:  # noqa: BLE001 (unexpected: say so, exit 1)
         sys.stderr.write(f"fleet_report: error: {type(exc).__name__}: {exc}\n")
@@ -711,6 +900,9 @@ def main(argv=None) -> int:
     if apart:
         sys.stderr.write(f"fleet_report: not in this inventory (--hosts), listed apart and not "
                          f"counted: {', '.join(apart)}\n")
+    for forged in fleet["not_verified"]:
+        sys.stderr.write(f"fleet_report: {forged['file']} listed apart, not counted: not "
+                         f"verified: {forged['why']}\n")
     sys.stderr.write(f"fleet_report: wrote {paths[0]} and {paths[1]}\n")
     if args.print:
         sys.stdout.write(render_markdown(fleet))

@@ -1,11 +1,15 @@
 """files/fleet_report.py: pure functions and the CLI on report folders in tmp_path."""
 
 import json
+import pathlib
+import subprocess
 
+import jsonschema
 import pytest
 from vllm_double_fixtures import load_file_module
 
 fleet = load_file_module("fleet_report")
+SCHEMA = pathlib.Path(__file__).parents[1] / "files/schemas/signed-report.schema.json"
 
 SPEED_NOW = {"c1": {"tokens_per_s": 41.0, "ttft_s": 0.3}, "cN": {"tokens_per_s": 30.0},
              "concurrency": 4, "max_tokens": 256}
@@ -749,3 +753,145 @@ def test_a_report_naming_another_host_than_its_file_is_flagged_under_the_file_na
     assert rows["rig-a"]["host_mismatch"] == "rig-b"
     assert rows["rig-a"]["reason"].startswith("report names host 'rig-b', not the 'rig-a'")
     assert result["footer"]["host_mismatch"] == ["rig-a"]
+
+
+# --- signed uploads: a rig speaks only for itself (--rig-keys) ----------------------------------
+
+class RigKeys:
+    """Real ed25519 keys of rigs, the fleet's list of rig keys (git's allowed-signers format, as
+    an enrolment writes it), and uploads signed as the pull script signs them."""
+
+    def __init__(self, folder, enrolled=("rig-a", "rig-b"), others=("rig-c",)):
+        folder.mkdir()
+        self.folder = folder
+        for name in (*enrolled, *others):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name,
+                            "-f", str(folder / name)], check=True)
+        self.path = folder / "pull-rig-keys"
+        self.path.write_text("".join(
+            f'{name} namespaces="{fleet.NAMESPACE}" {(folder / f"{name}.pub").read_text()}'
+            for name in enrolled))
+
+    def upload(self, rig, body: dict, key=None, tamper=None) -> str:
+        """The envelope rig `rig` uploads: body's JSON text signed with `key` (default: the
+        rig's own; None signs nothing); tamper(text) changes the text after signing."""
+        text = json.dumps(body, indent=2)
+        data = self.folder / f"{rig}-upload.json"
+        data.write_text(text)
+        signature = None
+        if key is not False:
+            (self.folder / f"{rig}-upload.json.sig").unlink(missing_ok=True)
+            subprocess.run(["ssh-keygen", "-Y", "sign", "-f", str(self.folder / (key or rig)),
+                            "-n", fleet.NAMESPACE, str(data)], check=True, capture_output=True)
+            signature = (self.folder / f"{rig}-upload.json.sig").read_text()
+        envelope = {"format": fleet.SIGNED_FORMAT, "version": 1, "namespace": fleet.NAMESPACE,
+                    "report": tamper(text) if tamper else text, "signature": signature}
+        return json.dumps(envelope)
+
+
+@pytest.fixture
+def rig_keys(tmp_path):
+    return RigKeys(tmp_path / "keys")
+
+
+def signed_fleet(tmp_path, capsys, uploads: dict, keys=None, *more):
+    """The CLI on pulled/<file> = body for each of `uploads`; returns (code, result, out, err)."""
+    reports = write_reports(tmp_path / "reports", report("rig-b"))
+    pulled = tmp_path / "pulled"
+    pulled.mkdir()
+    for name, body in uploads.items():
+        (pulled / name).write_text(body)
+    argv = ["--reports", reports, "--pulled", pulled, "--out", tmp_path / "o", "--print", *more]
+    if keys:
+        argv += ["--rig-keys", keys]
+    code, out, err = run(capsys, *argv)
+    [written] = (tmp_path / "o").glob("fleet-*.json")
+    return code, json.loads(written.read_text()), out, err
+
+
+def test_a_report_signed_by_its_rig_is_verified_and_counted(tmp_path, capsys, rig_keys):
+    good = rig_keys.upload("rig-a", pulled_report("rig-a", {"state": "unchanged", "rc": 0}))
+    code, result, out, err = signed_fleet(tmp_path, capsys, {"rig-a.json": good}, rig_keys.path)
+    assert code == 0, err
+    rows = {row["host"]: row for row in result["rows"]}
+    assert (rows["rig-a"]["state"], rows["rig-a"]["report_from"]) == ("healthy", "pulled")
+    assert rows["rig-a"]["verified"] is True
+    assert rows["rig-b"]["verified"] is None  # pushed: the controller fetched it itself
+    assert result["not_verified"] == []
+    assert result["footer"]["states"] == {"healthy": 2}
+    assert "NOT verified" not in out
+
+
+@pytest.mark.parametrize("case", ["other-rigs-report", "other-rigs-key", "changed-after-signing",
+                                  "not-enrolled", "unsigned-envelope", "plain-report"])
+def test_an_upload_that_does_not_verify_is_listed_apart_and_counted_nowhere(
+        tmp_path, capsys, rig_keys, case):
+    body = pulled_report("rig-a", {"state": "unchanged", "rc": 0})
+    name, expected = "rig-a.json", None
+    if case == "other-rigs-report":  # rig-b's own signed report, uploaded under rig-a's name
+        upload, expected = rig_keys.upload("rig-b", pulled_report("rig-b", {"rc": 0})), "signature"
+    elif case == "other-rigs-key":  # rig-b writes a report as rig-a, signed with its own key
+        upload, expected = rig_keys.upload("rig-a", body, key="rig-b"), "signature"
+    elif case == "changed-after-signing":
+        upload = rig_keys.upload("rig-a", dict(body, healthy=False),
+                                 tamper=lambda t: t.replace('"healthy": false',
+                                                            '"healthy": true'))
+        expected = "signature"
+    elif case == "not-enrolled":
+        name = "rig-c.json"
+        upload = rig_keys.upload("rig-c", pulled_report("rig-c", {"rc": 0}))
+        expected = "not in the rig keys file"
+    elif case == "unsigned-envelope":
+        upload, expected = rig_keys.upload("rig-a", body, key=False), "unsigned"
+    else:
+        upload, expected = json.dumps(body), "unsigned"
+    code, result, out, err = signed_fleet(tmp_path, capsys, {name: upload}, rig_keys.path)
+    assert code == 0, err
+    rig = name[:-len(".json")]
+    [apart] = result["not_verified"]
+    assert (apart["file"], apart["rig"]) == (name, rig)
+    assert expected in apart["why"], apart["why"]
+    rows = {row["host"]: row for row in result["rows"]}
+    assert rig not in rows  # no row, no state: never counted healthy
+    assert result["footer"]["states"] == {"healthy": 1}  # rig-b's pushed report alone
+    assert f"not verified: {apart['why']}" in out
+    assert "not verified" in err
+
+
+def test_a_rig_listed_in_the_inventory_with_only_a_forged_report_has_no_report(
+        tmp_path, capsys, rig_keys):
+    forged = rig_keys.upload("rig-a", pulled_report("rig-a", {"rc": 0}), key="rig-c")
+    code, result, _, err = signed_fleet(tmp_path, capsys, {"rig-a.json": forged}, rig_keys.path,
+                                        "--hosts", "rig-a,rig-b")
+    assert code == 0, err
+    rows = {row["host"]: row for row in result["rows"]}
+    assert rows["rig-a"]["state"] == "no-report"
+    assert "uploaded report not verified" in rows["rig-a"]["reason"]
+
+
+def test_without_rig_keys_pulled_reports_are_read_but_flagged_loudly(tmp_path, capsys, rig_keys):
+    signed = rig_keys.upload("rig-a", pulled_report("rig-a", {"rc": 0}))
+    code, result, out, err = signed_fleet(tmp_path, capsys, {"rig-a.json": signed})
+    assert code == 0, err
+    rows = {row["host"]: row for row in result["rows"]}
+    assert rows["rig-a"]["verified"] is False
+    assert result["footer"]["pulled_unverified"] == ["rig-a"]
+    assert "NOT verified" in out and "--rig-keys" in out
+    assert "--rig-keys" in err
+
+
+def test_a_rig_keys_file_that_does_not_exist_verifies_nothing(tmp_path, capsys, rig_keys):
+    signed = rig_keys.upload("rig-a", pulled_report("rig-a", {"rc": 0}))
+    code, result, _, err = signed_fleet(tmp_path, capsys, {"rig-a.json": signed},
+                                        tmp_path / "no-such-keys")
+    assert code == 0, err
+    assert [a["rig"] for a in result["not_verified"]] == ["rig-a"]
+    assert "does not exist" in err
+
+
+def test_the_envelope_schema_describes_what_the_tests_upload(rig_keys):
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.validate(json.loads(rig_keys.upload("rig-a", report("rig-a"))), schema)
+    jsonschema.validate(json.loads(rig_keys.upload("rig-a", report("rig-a"), key=False)), schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"format": fleet.SIGNED_FORMAT, "version": 1}, schema)

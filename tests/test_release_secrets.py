@@ -24,6 +24,10 @@ SECRET_PATH = "/run/secrets/vllm_api_key"  # noqa: S105 (a path)
 filters = role_filters()
 
 
+# vars/main.yml: names the templates use as they are (not derived from other variables).
+ROLE_INTERNAL_VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text(encoding="utf-8"))
+
+
 def role_vars(api_key=KEY, hf_token=TOKEN, **overrides):
     """The variables the release templates see, with deploy.yml's derived facts."""
     cfg = role_cfg(**overrides)
@@ -36,6 +40,7 @@ def role_vars(api_key=KEY, hf_token=TOKEN, **overrides):
         "vllm_dual_fast_port": 8000,
         "_vllm_dual_fast_engine_address": "127.0.0.1",    # vars/main.yml's, for a loopback bind
         "_vllm_dual_fast_engine_host_port": 8000,
+        "_vllm_dual_fast_engine_bridge": ROLE_INTERNAL_VARS["_vllm_dual_fast_engine_bridge"],
         "vllm_dual_fast_hf_cache_dir": "/opt/vllm-dual-fast/hf-cache",
         "vllm_dual_fast_compile_cache_dir": "/opt/vllm-dual-fast/compile-cache",
         "vllm_dual_fast_patch_enabled": True,
@@ -183,3 +188,27 @@ def test_docker_compose_resolves_no_secret_into_the_environment(tmp_path, api_ke
         assert stat.S_IMODE((tmp_path / "api-key").stat().st_mode) == 0o600
     else:
         assert "secrets" not in config and "secrets" not in service
+
+
+@pytest.mark.skipif(not docker_compose(), reason="no Docker Compose CLI here")
+def test_the_engine_is_alone_on_the_bridge_the_engine_guard_names(tmp_path):
+    """The engine guard (tasks/engine_guard.yml) drops connections forwarded into one bridge by
+    its interface name: the engine must be on that bridge, on no other network, with no IPv6
+    address a neighbour could route to."""
+    variables = role_vars()
+    (tmp_path / "compose.yml").write_text(render("compose.yml.j2", variables))
+    (tmp_path / "vllm.env").write_text(render("vllm.env.j2", variables))
+    (tmp_path / "api-key").write_text(KEY)
+    result = subprocess.run(
+        ["docker", "compose", "--file", str(tmp_path / "compose.yml"), "config", "--format",
+         "json"], capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout)
+    bridge = variables["_vllm_dual_fast_engine_bridge"]
+    assert list(config["services"]["vllm"]["networks"]) == ["engine"]
+    network = config["networks"]["engine"]
+    assert network["driver_opts"]["com.docker.network.bridge.name"] == bridge
+    assert network.get("enable_ipv6") is False
+    assert len(bridge) <= 15    # a Linux interface name
+    guard = (ROLE / "templates/usr/local/sbin/vllm-dual-fast-engine-guard.j2").read_text()
+    assert "bridge={{ _vllm_dual_fast_engine_bridge | quote }}" in guard

@@ -17,9 +17,11 @@ import threading
 import time
 
 import jinja2
+import jsonschema
 import pytest
 import yaml
 from ansible_runner import run_playbook
+from vllm_double_fixtures import load_file_module
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "roles/vllm_dual_fast/templates/usr/local/sbin/vllm-dual-fast-pull.j2"
@@ -51,6 +53,12 @@ class PutServer(http.server.ThreadingHTTPServer):
 
     def url(self):
         return f"http://127.0.0.1:{self.server_address[1]}/reports/"
+
+
+def uploaded(server, path="/reports/rig-a.json") -> dict:
+    """The report an upload carried: the rig's signed envelope (files/schemas/
+    signed-report.schema.json) holds it as JSON text."""
+    return json.loads(json.loads(server.bodies[path])["report"])
 
 
 class Fleet:
@@ -99,6 +107,12 @@ class Fleet:
       when: vllm_dual_fast_stages | default([]) == ['preflight', 'verify']
     - name: Log this apply
       ansible.builtin.shell: echo "{{{{ release }}}} {{{{ secret | default('') }}}}" >> {self.runs}
+    - name: Write the rig's allowed signers from the commit, as the pulled pull stage does
+      ansible.builtin.copy:
+        dest: {self.signers}
+        content: "{{{{ signers_text }}}}"
+        mode: "0644"
+      when: signers_text is defined
     - name: Wait, for a test sampling what runs
       ansible.builtin.command: sleep {{{{ slow | default(0) }}}}
       changed_when: false
@@ -161,6 +175,8 @@ class Fleet:
         values = {
             "VDF_PULL_REPO": repo or f"file://{self.repo}",
             "VDF_PULL_REF": ref,
+            "VDF_PULL_REF_KIND": "tag",
+            "VDF_PULL_REPORT_KEY": self.keys.folder / "rig-a",
             "VDF_PULL_PLAYBOOK": "pull.yml",
             "VDF_PULL_REPORT_URL": url,
             "VDF_PULL_STATE_DIR": self.state,
@@ -224,7 +240,7 @@ class Keys:
     def __init__(self, folder: pathlib.Path):
         folder.mkdir()
         self.folder = folder
-        for name in ("owner", "stranger"):
+        for name in ("owner", "stranger", "rig-a", "rig-b"):
             subprocess.run(
                 [
                     "ssh-keygen",
@@ -332,7 +348,7 @@ def test_the_ref_is_matched_exactly_not_by_its_last_path_part(fleet):
     fleet.commit("r-old")
     fleet.git("branch", "old/live")  # refs/heads/old/live sorts after refs/heads/live
     fleet.git("checkout", "-q", "live")
-    fleet.settings("live")
+    fleet.settings("live", VDF_PULL_REF_KIND="branch")
     result = fleet.run()
     assert result.returncode == 0, result.stdout + result.stderr
     assert fleet.applied_releases() == ["r1 "]
@@ -352,7 +368,7 @@ def test_a_ref_the_repository_lacks_applies_nothing(fleet):
     fleet.settings("no-such-ref")
     result = fleet.run()
     assert result.returncode == 1
-    assert "no-such-ref names no branch or tag" in result.stderr
+    assert "the fleet repository has no refs/tags/no-such-ref" in result.stderr
     assert fleet.applied_releases() == []
 
 
@@ -396,24 +412,16 @@ def test_each_run_uploads_the_report_tagged_with_its_commit_and_exit_status(flee
     fleet.report.write_text(json.dumps({"host": "rig-a", "release": "old", "healthy": True}))
     good = fleet.live_at("r1", settings=dict(url=server.url()))
     assert fleet.run().returncode == 0
-    ((path, body),) = server.bodies.items()
-    uploaded = json.loads(body)
+    ((path, _),) = server.bodies.items()
+    sent = uploaded(server, path)
     assert path.startswith("/reports/") and path.endswith(".json")
-    assert (uploaded["release"], uploaded["pull"]["commit"], uploaded["pull"]["rc"]) == (
-        "old",
-        good,
-        0,
-    )
+    assert (sent["release"], sent["pull"]["commit"], sent["pull"]["rc"]) == ("old", good, 0)
     broken = fleet.commit("r2", broken=True)
     fleet.git("tag", "-f", "live")
     assert fleet.run().returncode == 1
-    uploaded = json.loads(server.bodies[path])
+    sent = uploaded(server, path)
     # The failed run left the old report in place: its tag says the new commit failed.
-    assert (uploaded["release"], uploaded["pull"]["commit"], uploaded["pull"]["rc"]) == (
-        "old",
-        broken,
-        1,
-    )
+    assert (sent["release"], sent["pull"]["commit"], sent["pull"]["rc"]) == ("old", broken, 1)
     server.shutdown()
 
 
@@ -435,8 +443,7 @@ def test_a_failed_upload_fails_the_run_and_the_next_run_uploads(fleet):
     second = fleet.run()
     assert second.returncode == 0, second.stdout + second.stderr
     assert fleet.applied_releases() == ["r1 "]
-    (body,) = server.bodies.values()
-    pull = json.loads(body)["pull"]
+    pull = uploaded(server)["pull"]
     assert (pull["commit"], pull["rc"]) == (commit, 0)
     server.shutdown()
 
@@ -492,7 +499,7 @@ def test_an_unsigned_or_unknown_signers_commit_is_refused_and_nothing_of_it_runs
     assert fleet.ansible_pull_calls() == 1  # ansible-pull never started for it
     assert f"refused live ({bad})" in first.stderr
     assert "refused here" in second.stderr and "until the ref moves" in second.stderr
-    pull = json.loads(server.bodies["/reports/rig-a.json"])["pull"]
+    pull = uploaded(server)["pull"]
     assert (pull["state"], pull["commit"]) == ("refused", bad)
     assert pull["signer"].startswith(signer) and reason in pull["reason"]
     good = fleet.commit("r3")
@@ -523,6 +530,182 @@ def test_a_gpg_key_removed_from_the_list_no_longer_verifies(fleet):
     assert fleet.run().returncode == 1
     assert fleet.pull_state()["state"] == "refused"
     assert fleet.applied_releases() == ["r1 "]
+
+
+# --- forward only: a commit applies only when it descends from the one applied last ----------
+
+
+def _moved_back(fleet, server, old):
+    """The run after the ref moved back to `old`: refused, nothing of it ran."""
+    result = fleet.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    pull = fleet.pull_state()
+    assert (pull["state"], pull["commit"]) == ("refused", old)
+    return pull, result
+
+
+@pytest.mark.parametrize("sign", ["owner", "gpg"])
+def test_the_tag_moved_back_to_an_older_signed_commit_is_refused(fleet, sign):
+    server = PutServer()
+    c1 = fleet.live_at("r1", sign=sign, settings=dict(url=server.url()))
+    assert fleet.run().returncode == 0
+    c2 = fleet.commit("r2", sign=sign)
+    fleet.git("tag", "-f", "live")
+    assert fleet.run().returncode == 0
+    fleet.git("tag", "-f", "live", c1)  # the git host, or a member with push rights
+    pull, result = _moved_back(fleet, server, c1)
+    assert pull["reason"] == f"not a descendant of {c2}"
+    assert pull["signer"]  # the commit's signer, as a refusal names it
+    assert f"refused live ({c1})" in result.stderr
+    assert fleet.applied_releases() == ["r1 ", "r2 "]
+    assert fleet.ansible_pull_calls() == 2  # nothing of c1 ran again
+    assert (fleet.state / "applied").read_text().strip() == c2
+    sent = uploaded(server)["pull"]
+    assert (sent["state"], sent["commit"], sent["reason"]) == (
+        "refused", c1, f"not a descendant of {c2}")
+    again = fleet.run()  # refused again, said once
+    assert again.returncode == 1 and "refused here" in again.stderr
+    fleet.git("checkout", "-q", c2)
+    c3 = fleet.commit("r3", sign=sign)  # forward again: the owner signs a new commit on c2
+    fleet.git("tag", "-f", "live")
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert fleet.applied_releases() == ["r1 ", "r2 ", "r3 "]
+    assert (fleet.state / "applied").read_text().strip() == c3
+    server.shutdown()
+
+
+def test_a_branch_named_like_the_tag_does_not_move_a_rig_enrolled_on_the_tag(fleet):
+    c1 = fleet.live_at("r1")
+    assert fleet.run().returncode == 0
+    c2 = fleet.commit("r2")
+    fleet.git("tag", "-f", "live")
+    assert fleet.run().returncode == 0
+    fleet.git("branch", "live", c1)  # refs/heads/live at c1, refs/tags/live still at c2
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert fleet.pull_state()["commit"] == c2
+    assert fleet.applied_releases() == ["r1 ", "r2 "]
+    assert (fleet.state / "applied").read_text().strip() == c2
+
+
+def test_a_tag_named_like_the_branch_does_not_move_a_rig_enrolled_on_the_branch(fleet):
+    c1 = fleet.commit("r1")
+    fleet.git("branch", "live")
+    fleet.settings("live", VDF_PULL_REF_KIND="branch")
+    assert fleet.run().returncode == 0
+    fleet.git("tag", "live", c1)
+    fleet.git("checkout", "-q", "live")
+    c2 = fleet.commit("r2")
+    fleet.git("tag", "-f", "live", c1)  # the tag stays behind at c1
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (fleet.state / "applied").read_text().strip() == c2
+    assert fleet.applied_releases() == ["r1 ", "r2 "]
+
+
+def test_a_full_ref_names_its_kind(fleet):
+    c1 = fleet.live_at("r1")
+    fleet.commit("r-branch")
+    fleet.git("branch", "live")  # a branch named like the tag, further on
+    fleet.settings("refs/tags/live", VDF_PULL_REF_KIND="branch")  # the full ref wins
+    assert fleet.run().returncode == 0
+    assert (fleet.state / "applied").read_text().strip() == c1
+    assert fleet.applied_releases() == ["r1 "]
+
+
+def test_a_force_push_that_drops_the_applied_commit_is_refused(fleet):
+    server = PutServer()
+    c1 = fleet.commit("r1")
+    fleet.settings("main", url=server.url(), VDF_PULL_REF_KIND="branch")
+    assert fleet.run().returncode == 0
+    c2 = fleet.commit("r2")
+    assert fleet.run().returncode == 0
+    fleet.git("reset", "-q", "--hard", c1)  # c2 dropped from the branch
+    c3 = fleet.commit("r3")  # signed by the owner, on top of c1
+    pull, _ = _moved_back(fleet, server, c3)
+    assert pull["reason"] == f"not a descendant of {c2}"
+    assert fleet.applied_releases() == ["r1 ", "r2 "]
+    assert (fleet.state / "applied").read_text().strip() == c2
+    server.shutdown()
+
+
+def test_a_signer_removed_since_cannot_sign_on_top_of_the_commit_that_allowed_them(fleet):
+    both = (f'owner namespaces="git" {fleet.keys.public("owner")}\n'
+            f'stranger namespaces="git" {fleet.keys.public("stranger")}\n')
+    owner_only = f'owner namespaces="git" {fleet.keys.public("owner")}\n'
+
+    def signers(text):  # release.yml's signers_text, which the stand-in pull stage writes
+        return "signers_text: |\n" + "".join(f"  {line}\n" for line in text.splitlines())
+
+    c1 = fleet.live_at("r1", extra=signers(both))
+    fleet.signers.write_text(both)  # the rig was enrolled with both
+    assert fleet.run().returncode == 0
+    c2 = fleet.commit("r2", extra=signers(owner_only))  # the owner removes the stranger
+    fleet.git("tag", "-f", "live")
+    assert fleet.run().returncode == 0
+    assert fleet.signers.read_text() == owner_only
+    fleet.git("tag", "-f", "live", c1)  # back to the commit that allowed the stranger
+    assert fleet.run().returncode == 1
+    assert fleet.signers.read_text() == owner_only  # nothing of c1 ran: no signer came back
+    fleet.git("checkout", "-q", c1)
+    c3 = fleet.commit("r3-evil", sign="stranger", extra=signers(both))
+    fleet.git("tag", "-f", "live")
+    assert fleet.run().returncode == 1
+    pull = fleet.pull_state()
+    assert (pull["state"], pull["commit"]) == ("refused", c3)
+    assert pull["reason"] == f"not a descendant of {c2}"
+    assert fleet.applied_releases() == ["r1 ", "r2 "]
+    assert (fleet.state / "applied").read_text().strip() == c2
+    assert fleet.signers.read_text() == owner_only
+
+
+def test_a_commit_the_ref_pins_by_hash_must_descend_too(fleet):
+    c1 = fleet.live_at("r1")
+    assert fleet.run().returncode == 0
+    c2 = fleet.commit("r2")
+    fleet.git("tag", "-f", "live")
+    assert fleet.run().returncode == 0
+    fleet.settings(c1)  # pinned to the older commit's hash
+    assert fleet.run().returncode == 1
+    assert fleet.pull_state()["reason"] == f"not a descendant of {c2}"
+    fleet.settings(c2)
+    assert fleet.run().returncode == 0
+    assert fleet.applied_releases() == ["r1 ", "r2 "]
+
+
+def forget_task_play(fleet, pulled_run):
+    """pull_mode.yml's own task that forgets the commit last applied, on this fleet's state."""
+    tasks = [t for t in yaml.safe_load(PULL_TASKS.read_text())
+             if t["name"].startswith("Forget the commit")]
+    assert len(tasks) == 1
+    return [{"name": "An enrolment" if not pulled_run else "A pulled run", "hosts": "all",
+             "gather_facts": False,
+             "vars": {"_vllm_dual_fast_pull_state_dir": str(fleet.state),
+                      "_vllm_dual_fast_pulled_run": pulled_run},
+             "tasks": tasks}]
+
+
+@pytest.mark.parametrize("pulled_run", [False, True])
+def test_only_an_enrolment_resets_the_commit_counted_as_applied(fleet, tmp_path, pulled_run):
+    c1 = fleet.live_at("r1")
+    assert fleet.run().returncode == 0
+    fleet.commit("r2")
+    fleet.git("tag", "-f", "live")
+    assert fleet.run().returncode == 0
+    fleet.git("tag", "-f", "live", c1)
+    (tmp_path / "play").mkdir()
+    result, output = run_playbook(tmp_path / "play", forget_task_play(fleet, pulled_run))
+    assert result.returncode == 0, output
+    run = fleet.run()
+    if pulled_run:  # a pulled run never resets it: still refused
+        assert run.returncode == 1 and fleet.pull_state()["state"] == "refused"
+        assert fleet.applied_releases() == ["r1 ", "r2 "]
+    else:  # the owner enrolled the rig again: it takes the ref as it is now
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert fleet.applied_releases() == ["r1 ", "r2 ", "r1 "]
+        assert (fleet.state / "applied").read_text().strip() == c1
+
 
 
 # --- failures: before the switch retried, a failed release waits for the ref -----------------
@@ -594,9 +777,9 @@ def test_with_nothing_to_apply_a_health_check_refreshes_the_report(fleet):
     result = fleet.run()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "health check exit 0" in result.stdout
-    uploaded = json.loads(server.bodies["/reports/rig-a.json"])
-    assert uploaded["checked_at"] > "2026"  # a new checked_at, not 2020's
-    assert uploaded["pull"]["state"] == "unchanged"
+    sent = uploaded(server)
+    assert sent["checked_at"] > "2026"  # a new checked_at, not 2020's
+    assert sent["pull"]["state"] == "unchanged"
     server.shutdown()
 
 
@@ -606,7 +789,7 @@ def test_the_rig_is_named_by_its_settings_not_its_hostname(fleet):
     assert fleet.run().returncode == 0
     (path,) = server.bodies
     assert path == "/reports/club-rig-7.json"
-    assert json.loads(server.bodies[path])["host"] == "club-rig-7"
+    assert uploaded(server, path)["host"] == "club-rig-7"
     assert "--inventory localhost,club-rig-7, --limit club-rig-7" in fleet.pulls.read_text()
 
 
@@ -705,6 +888,8 @@ GOOD = {
     "vllm_dual_fast_pull_ref": "fleet-live",
     "vllm_dual_fast_pull_allowed_signers": [{"name": "owner", "ssh_key": SSH_KEY}],
     "vllm_dual_fast_pull_gpg_keys": [],
+    "vllm_dual_fast_pull_ref_kind": "tag",
+    "vllm_dual_fast_pull_report_url": "",
 }
 
 
@@ -720,7 +905,7 @@ def _checks(tmp_path, **changes):
             "tasks": tasks,
         }
     ]
-    result, output = run_playbook(tmp_path, play)
+    result, output = run_playbook(tmp_path, play, inventory=("-i", "rig-a,", "-c", "local"))
     return result.returncode, output
 
 
@@ -767,6 +952,35 @@ def test_pull_mode_without_a_valid_signer_is_refused(tmp_path, changes):
     rc, output = _checks(tmp_path, **changes)
     assert rc != 0
     assert "applies only signed commits" in output
+
+
+@pytest.mark.parametrize("changes", [
+    {"vllm_dual_fast_pull_ref": "refs/tags/fleet-live"},
+    {"vllm_dual_fast_pull_ref": "refs/heads/main"},
+    {"vllm_dual_fast_pull_ref": "main", "vllm_dual_fast_pull_ref_kind": "branch"},
+    {"vllm_dual_fast_pull_ref": "ab" * 20},
+    {"vllm_dual_fast_pull_report_url": "https://share.example.org/reports/rig-a.json?X-Sig=1"},
+    {"vllm_dual_fast_pull_report_url": "https://share.example.org/reports/"},
+])
+def test_refs_of_one_kind_and_the_rigs_own_report_url_are_accepted(tmp_path, changes):
+    rc, output = _checks(tmp_path, **changes)
+    assert rc == 0, output
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"vllm_dual_fast_pull_ref_kind": "either"}, "must be tag or branch"),
+    ({"vllm_dual_fast_pull_ref": "refs/remotes/origin/live"}, "must be a tag or branch name"),
+    ({"vllm_dual_fast_pull_ref": "fleet live"}, "must be a tag or branch name"),
+    ({"vllm_dual_fast_pull_ref": "--upload-pack=x"}, "must be a tag or branch name"),
+    ({"vllm_dual_fast_pull_report_url": "https://share.example.org/reports/rig-b.json"},
+     "must end in /rig-a.json"),
+    ({"vllm_dual_fast_pull_report_url": "https://share.example.org/all-reports.json"},
+     "must end in /rig-a.json"),
+])
+def test_a_ref_of_no_one_kind_or_another_rigs_report_url_is_refused(tmp_path, changes, message):
+    rc, output = _checks(tmp_path, **changes)
+    assert rc != 0
+    assert message in output
 
 
 def test_a_gpg_key_alone_is_a_signer(tmp_path):
@@ -889,3 +1103,121 @@ def test_the_role_runs_under_the_usual_umask_not_the_scripts(fleet):
     assert fleet.run().returncode == 0
     assert (fleet.tmp / "ansible-pull-umask").read_text().strip() == "0022"
     assert stat.S_IMODE((fleet.state / "pull.json").stat().st_mode) == 0o600
+
+
+# --- a rig speaks only for itself: its uploads are signed with its own key --------------------
+
+fleet_report = load_file_module("fleet_report")
+SIGNED_SCHEMA = ROOT / "files/schemas/signed-report.schema.json"
+
+
+def rig_keys_file(fleet, **names) -> pathlib.Path:
+    """The fleet's list of rig keys: {rig name: the key file whose public half it holds}."""
+    path = fleet.tmp / "pull-rig-keys"
+    path.write_text("".join(f'{rig} namespaces="vllm-dual-fast-report" '
+                            f"{fleet.keys.public(key)}\n" for rig, key in names.items()))
+    return path
+
+
+def fleet_rows(tmp: pathlib.Path, uploads: dict, keys: pathlib.Path) -> dict:
+    """files/fleet_report.py over pulled/<name> = body: its JSON result."""
+    pulled, reports, out = tmp / "pulled", tmp / "pushed", tmp / "out"
+    for folder in (pulled, reports):
+        folder.mkdir(parents=True)
+    for name, body in uploads.items():
+        (pulled / name).write_bytes(body)
+    assert fleet_report.main(["--reports", str(reports), "--pulled", str(pulled),
+                              "--rig-keys", str(keys), "--out", str(out),
+                              "--stale-after", "1e9"]) == 0
+    [written] = out.glob("fleet-*.json")
+    return json.loads(written.read_text())
+
+
+def test_each_upload_is_signed_with_the_rigs_own_key_and_verifies_as_that_rig(fleet):
+    server = PutServer()
+    fleet.report.write_text(json.dumps({"host": "rig-a", "release": "r0", "healthy": True,
+                                        "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                    time.gmtime())}))
+    fleet.live_at("r1", settings=dict(url=server.url()))
+    assert fleet.run().returncode == 0
+    body = server.bodies["/reports/rig-a.json"]
+    envelope = json.loads(body)
+    jsonschema.validate(envelope, json.loads(SIGNED_SCHEMA.read_text()))
+    assert envelope["signature"].startswith("-----BEGIN SSH SIGNATURE-----")
+    keys = rig_keys_file(fleet, **{"rig-a": "rig-a", "rig-b": "rig-b"})
+    sig = fleet.tmp / "upload.sig"
+    sig.write_text(envelope["signature"])
+    verify = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(keys), "-I", "rig-a",
+                             "-n", "vllm-dual-fast-report", "-s", str(sig)],
+                            input=envelope["report"].encode(), capture_output=True, check=False)
+    assert verify.returncode == 0, verify.stderr
+    result = fleet_rows(fleet.tmp / "verified", {"rig-a.json": body}, keys)
+    [row] = result["rows"]
+    assert (row["host"], row["state"], row["verified"]) == ("rig-a", "healthy", True)
+    assert row["pull_state"] == "applied"
+    # The same upload under another rig's name speaks for no one.
+    result = fleet_rows(fleet.tmp / "misnamed", {"rig-b.json": body}, keys)
+    assert result["rows"] == []
+    [apart] = result["not_verified"]
+    assert apart["rig"] == "rig-b" and "signature does not verify" in apart["why"]
+    # A rig whose key is not in the list (not enrolled) is listed apart too.
+    result = fleet_rows(fleet.tmp / "stranger", {"rig-a.json": body},
+                        rig_keys_file(fleet, **{"rig-a": "rig-b"}))
+    assert result["rows"] == [] and "does not verify" in result["not_verified"][0]["why"]
+    server.shutdown()
+
+
+def test_a_rig_without_its_key_uploads_unsigned_and_counts_nowhere(fleet):
+    server = PutServer()
+    fleet.live_at("r1", settings=dict(url=server.url(),
+                                      VDF_PULL_REPORT_KEY=fleet.tmp / "no-such-key"))
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "uploading the report unsigned: this rig has no report key" in result.stderr
+    body = server.bodies["/reports/rig-a.json"]
+    envelope = json.loads(body)
+    jsonschema.validate(envelope, json.loads(SIGNED_SCHEMA.read_text()))
+    assert envelope["signature"] is None
+    rows = fleet_rows(fleet.tmp / "report", {"rig-a.json": body},
+                      rig_keys_file(fleet, **{"rig-a": "rig-a"}))
+    assert rows["rows"] == [] and rows["not_verified"][0]["why"].startswith("unsigned")
+    server.shutdown()
+
+
+def enrolment_key_play(tmp_path, pulled_run: bool, keys: pathlib.Path, key: pathlib.Path):
+    """pull_mode.yml's own tasks that make the rig's key and add it to the controller's list."""
+    names = ("Make this rig's own report-signing key", "Read its public half",
+             "Add this rig's key to the fleet's list")
+    tasks = [t for t in yaml.safe_load(PULL_TASKS.read_text()) if t["name"].startswith(names)]
+    assert len(tasks) == 3
+    return [{"name": "Enrol rig-a's key", "hosts": "all", "gather_facts": False,
+             "vars": {"_vllm_dual_fast_pull_report_key": str(key),
+                      "_vllm_dual_fast_pull_report_namespace": "vllm-dual-fast-report",
+                      "vllm_dual_fast_pull_rig_keys_file": str(keys),
+                      "_vllm_dual_fast_pulled_run": pulled_run},
+             "tasks": tasks}]
+
+
+def test_an_enrolment_makes_the_rigs_key_once_and_the_controller_lists_it(tmp_path):
+    keys, key = tmp_path / "inventory/pull-rig-keys", tmp_path / "state/report-key"
+    key.parent.mkdir()
+    rig = ("-i", "rig-a,", "-c", "local")
+    result, output = run_playbook(tmp_path, enrolment_key_play(tmp_path, True, keys, key),
+                                  inventory=rig)
+    assert result.returncode == 0, output
+    assert not key.exists() and not keys.exists()  # a pulled run makes no key
+    result, output = run_playbook(tmp_path, enrolment_key_play(tmp_path, False, keys, key),
+                                  inventory=rig)
+    assert result.returncode == 0, output
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    public = (tmp_path / "state/report-key.pub").read_text().strip()
+    assert keys.read_text() == f'rig-a namespaces="vllm-dual-fast-report" {public}\n'
+    first = key.read_bytes()
+    keys.write_text('rig-b namespaces="vllm-dual-fast-report" ssh-ed25519 AAAA rig-b\n'
+                    'rig-a namespaces="vllm-dual-fast-report" ssh-ed25519 AAAAold rig-a\n')
+    result, output = run_playbook(tmp_path, enrolment_key_play(tmp_path, False, keys, key),
+                                  inventory=rig)
+    assert result.returncode == 0, output
+    assert key.read_bytes() == first  # enrolled again: the same key, its line put right
+    assert keys.read_text() == ('rig-b namespaces="vllm-dual-fast-report" ssh-ed25519 AAAA '
+                                f'rig-b\nrig-a namespaces="vllm-dual-fast-report" {public}\n')

@@ -8,7 +8,8 @@
 #   ENGINE_ADDRS   the engine container's addresses inside the rig (space-separated, v4 and v6)
 #   ENGINE_PORT    the port the engine listens on in its container (8000)
 #   LOOPBACK_PORT  the engine's port published on the rig's loopback
-#   PUBLIC_PORT    nginx's port on the rig; KEY, the API key
+#   PUBLIC_PORT    nginx's port on the rig; KEY, the API key. Empty PUBLIC_PORT: a rig with no
+#                  nginx (tests/test_engine_guard.py), the nginx probes are left out
 #   DECOY_ADDR, DECOY_LOOPBACK_PORT  a plain web server the test started in the rig, unguarded:
 #                  what it answers shows the neighbour's tricks work on this Docker
 set -u
@@ -22,7 +23,8 @@ served_model() {
     cat <&3' "$RIG" "$PUBLIC_PORT" "$KEY" 2>/dev/null |
     grep -o '"id": *"[^"]*"' | head -n 1 | sed 's/.*"\([^"]*\)"$/\1/'
 }
-MODEL=$(served_model)
+MODEL=
+[ -n "${PUBLIC_PORT:-}" ] && MODEL=$(served_model)
 
 # One HTTP/1.0 request over bash's /dev/tcp: prints the status code, or "none".
 request() {  # addr port method path [authorization]
@@ -47,10 +49,12 @@ probe() {  # name addr port method path [authorization]
 }
 
 # The way in that is meant: nginx on the rig's address.
-echo "served-model ${MODEL:-none}"
-probe nginx-v1-with-key "$RIG" "$PUBLIC_PORT" GET /v1/models "Bearer $KEY"
-probe nginx-health "$RIG" "$PUBLIC_PORT" GET /health
-probe nginx-invocations "$RIG" "$PUBLIC_PORT" POST /invocations
+if [ -n "${PUBLIC_PORT:-}" ]; then
+  echo "served-model ${MODEL:-none}"
+  probe nginx-v1-with-key "$RIG" "$PUBLIC_PORT" GET /v1/models "Bearer $KEY"
+  probe nginx-health "$RIG" "$PUBLIC_PORT" GET /health
+  probe nginx-invocations "$RIG" "$PUBLIC_PORT" POST /invocations
+fi
 
 # Direct routing: the container's address via the rig (it forwards between its interfaces).
 for addr in $DECOY_ADDR $ENGINE_ADDRS; do

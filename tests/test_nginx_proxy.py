@@ -420,22 +420,30 @@ def test_the_site_passes_the_check_in_the_distributions_own_configuration(tmp_pa
     assert checked.returncode == 0, checked.stderr
 
 
-def derived_endpoint(tmp_path, **variables):
-    """vars/main.yml's endpoint facts, as Ansible evaluates them for these variables."""
-    out = tmp_path / f"derived-{len(list(tmp_path.glob('derived-*')))}.json"
+def evaluate_with_role_vars(tmp_path, expression, variables, task_vars=None):
+    """What Ansible makes of a Jinja2 expression with the role's defaults and vars/main.yml
+    loaded, `variables` as extra variables and `task_vars` as the task's own (JSON)."""
+    out = tmp_path / f"evaluated-{len(list(tmp_path.glob('evaluated-*')))}.json"
     plays = [{
-        "name": "Evaluate the endpoint facts",
+        "name": "Evaluate an expression with the role's variables",
         "hosts": "localhost",
         "gather_facts": False,
         "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
-        "tasks": [{"name": "Write them", "ansible.builtin.copy": {"dest": str(out), "mode": "0644",
-                   "content": "{{ {'proxied': _vllm_dual_fast_proxied | bool,"
-                              " 'address': _vllm_dual_fast_engine_address,"
-                              " 'port': _vllm_dual_fast_engine_host_port | int} | to_json }}"}}],
+        "tasks": [{"name": "Write it", "vars": task_vars or {},
+                   "ansible.builtin.copy": {"dest": str(out), "mode": "0644",
+                                            "content": "{{ " + expression + " | to_json }}"}}],
     }]
     result, text = run_playbook(tmp_path, plays, variables)
     assert result.returncode == 0, text
     return json.loads(out.read_text())
+
+
+def derived_endpoint(tmp_path, **variables):
+    """vars/main.yml's endpoint facts, as Ansible evaluates them for these variables."""
+    return evaluate_with_role_vars(
+        tmp_path, "{'proxied': _vllm_dual_fast_proxied | bool,"
+                  " 'address': _vllm_dual_fast_engine_address,"
+                  " 'port': _vllm_dual_fast_engine_host_port | int}", variables)
 
 
 def test_an_ipv6_bind_is_written_in_brackets_and_passes_nginx_s_check(tmp_path, backend):
@@ -513,20 +521,8 @@ def smoke_base_url(tmp_path, serving):
     """The --base-url health.yml's smoke is given for the release that serves (its manifest)."""
     block = next(t for t in yaml.safe_load((ROLE / "tasks/health.yml").read_text())
                  if t["name"].startswith("Smoke the endpoint"))
-    out = tmp_path / f"argv-{len(list(tmp_path.glob('argv-*')))}.json"
-    plays = [{
-        "name": "Evaluate the smoke's arguments",
-        "hosts": "localhost",
-        "gather_facts": False,
-        "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
-        "tasks": [{"name": "Write them", "vars": block["vars"],
-                   "ansible.builtin.copy": {"dest": str(out), "mode": "0644",
-                                            "content": "{{ _smoke_argv | to_json }}"}}],
-    }]
-    result, text = run_playbook(tmp_path, plays, {"_vllm_dual_fast_serving": {
-        "dir": "/r", "served_model_name": "q", "api_key_set": False, **serving}})
-    assert result.returncode == 0, text
-    argv = json.loads(out.read_text())
+    argv = evaluate_with_role_vars(tmp_path, "_smoke_argv", {"_vllm_dual_fast_serving": {
+        "dir": "/r", "served_model_name": "q", "api_key_set": False, **serving}}, block["vars"])
     return argv[argv.index("--base-url") + 1]
 
 

@@ -166,6 +166,15 @@ class Fleet:
         self.settings("live", **(settings or {}))
         return commit
 
+    def applied_r1_then_r2(self) -> tuple:
+        """Releases r1 then r2 applied through the tag `live`: (c1, c2), the rig at c2."""
+        c1 = self.live_at("r1")
+        assert self.run().returncode == 0
+        c2 = self.commit("r2")
+        self.git("tag", "-f", "live")
+        assert self.run().returncode == 0
+        return c1, c2
+
     def settings(self, ref: str, url: str = "", vault_pass: str = "", repo: str = "", **more):
         vault_file = self.tmp / "vault-pass"
         if vault_pass:
@@ -576,11 +585,7 @@ def test_the_tag_moved_back_to_an_older_signed_commit_is_refused(fleet, sign):
 
 
 def test_a_branch_named_like_the_tag_does_not_move_a_rig_enrolled_on_the_tag(fleet):
-    c1 = fleet.live_at("r1")
-    assert fleet.run().returncode == 0
-    c2 = fleet.commit("r2")
-    fleet.git("tag", "-f", "live")
-    assert fleet.run().returncode == 0
+    c1, c2 = fleet.applied_r1_then_r2()
     fleet.git("branch", "live", c1)  # refs/heads/live at c1, refs/tags/live still at c2
     result = fleet.run()
     assert result.returncode == 0, result.stdout + result.stderr
@@ -661,11 +666,7 @@ def test_a_signer_removed_since_cannot_sign_on_top_of_the_commit_that_allowed_th
 
 
 def test_a_commit_the_ref_pins_by_hash_must_descend_too(fleet):
-    c1 = fleet.live_at("r1")
-    assert fleet.run().returncode == 0
-    c2 = fleet.commit("r2")
-    fleet.git("tag", "-f", "live")
-    assert fleet.run().returncode == 0
+    c1, c2 = fleet.applied_r1_then_r2()
     fleet.settings(c1)  # pinned to the older commit's hash
     assert fleet.run().returncode == 1
     assert fleet.pull_state()["reason"] == f"not a descendant of {c2}"
@@ -688,11 +689,7 @@ def forget_task_play(fleet, pulled_run):
 
 @pytest.mark.parametrize("pulled_run", [False, True])
 def test_only_an_enrolment_resets_the_commit_counted_as_applied(fleet, tmp_path, pulled_run):
-    c1 = fleet.live_at("r1")
-    assert fleet.run().returncode == 0
-    fleet.commit("r2")
-    fleet.git("tag", "-f", "live")
-    assert fleet.run().returncode == 0
+    c1, _ = fleet.applied_r1_then_r2()
     fleet.git("tag", "-f", "live", c1)
     (tmp_path / "play").mkdir()
     result, output = run_playbook(tmp_path / "play", forget_task_play(fleet, pulled_run))

@@ -637,21 +637,30 @@ def render_markdown(fleet: dict) -> str:
 
 # --- inputs and outputs ------------------------------------------------------------------------
 
+def report_files(folder: str, label: str, missing_ok: bool = False) -> tuple:
+    """([(path, file name, rig name from the file name)], notes) of the reports in folder
+    (*.json, not the fleet report's own files). A folder that does not exist: BadInput, or
+    nothing (and a note) when missing_ok."""
+    if not os.path.isdir(folder):
+        if missing_ok and not os.path.exists(folder):
+            return [], [f"{label}: {folder} does not exist (yet): no reports there"]
+        raise BadInput(f"{label} folder {folder} does not exist or is not a folder")
+    files = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        name = os.path.basename(path)
+        if not (name.startswith("fleet-") or name == ROLLOUT_FILE):
+            files.append((path, name, name[:-len(".json")]))
+    return files, []
+
+
 def load_report_dir(folder: str, label: str, missing_ok: bool = False) -> tuple:
     """({host: report}, notes) from folder/*.json; each report gains '_from' = label. A file
     that is not JSON becomes {'_unreadable': why} under its file name's host; a JSON object
     without a host, and fleet-*.json, are skipped (named in notes). A folder that does not
     exist: BadInput, or nothing when missing_ok."""
-    if not os.path.isdir(folder):
-        if missing_ok and not os.path.exists(folder):
-            return {}, [f"{label}: {folder} does not exist (yet): no reports there"]
-        raise BadInput(f"{label} folder {folder} does not exist or is not a folder")
-    reports, notes = {}, []
-    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
-        name = os.path.basename(path)
-        if name.startswith("fleet-") or name == ROLLOUT_FILE:
-            continue
-        stem = name[:-len(".json")]
+    files, notes = report_files(folder, label, missing_ok)
+    reports = {}
+    for path, name, stem in files:
         try:
             with open(path, encoding="utf-8") as f:
                 report = json.load(f)
@@ -691,16 +700,9 @@ def load_pulled_dir(folder: str, rig_keys=None, verify=ssh_verify) -> tuple:
     each against (verify_upload): those that fail are listed in not_verified ({file, rig,
     why}), never as reports. None: uploads read unverified (flagged "_verified": False, and a
     report naming another host than its file kept under the file name, flagged)."""
-    if not os.path.isdir(folder):
-        if not os.path.exists(folder):
-            return {}, [f"pulled: {folder} does not exist (yet): no reports there"], []
-        raise BadInput(f"pulled folder {folder} does not exist or is not a folder")
-    reports, notes, apart = {}, [], []
-    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
-        name = os.path.basename(path)
-        if name.startswith("fleet-") or name == ROLLOUT_FILE:
-            continue
-        rig = name[:-len(".json")]
+    files, notes = report_files(folder, "pulled", missing_ok=True)
+    reports, apart = {}, []
+    for path, name, rig in files:
         try:
             with open(path, "rb") as f:
                 upload = parse_upload(f.read())

@@ -22,16 +22,16 @@ def run_playbook(tmp_path, plays, extra_vars=None, env=None, args=(), inventory=
     else:
         playbook = tmp_path / f"play-{len(list(tmp_path.glob('play-*.yml')))}.yml"
         playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
-    full_env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
-        ANSIBLE_FILTER_PLUGINS=str(ROLE / "filter_plugins"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+    full_env = {  # env wins over these (a copy of the role elsewhere: ANSIBLE_ROLES_PATH)
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+        "ANSIBLE_FILTER_PLUGINS": str(ROLE / "filter_plugins"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
         **(env or {}),
-    )
+    }
     result = subprocess.run(
         [
             str(ANSIBLE_PLAYBOOK),

@@ -10,6 +10,7 @@ import os
 import pathlib
 import platform
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -1218,3 +1219,27 @@ def test_an_enrolment_makes_the_rigs_key_once_and_the_controller_lists_it(tmp_pa
     assert key.read_bytes() == first  # enrolled again: the same key, its line put right
     assert keys.read_text() == ('rig-b namespaces="vllm-dual-fast-report" ssh-ed25519 AAAA '
                                 f'rig-b\nrig-a namespaces="vllm-dual-fast-report" {public}\n')
+
+
+def test_the_rig_keys_file_defaults_to_the_checkouts_inventory_from_any_playbook(tmp_path):
+    """An enrolment can run through site.yml (at the root) or a playbook under playbooks/: the
+    fleet's list of rig keys is the checkout's inventory/pull-rig-keys either way, never a file
+    beside whatever folder holds the playbook. A copy of the role, in a checkout of its own,
+    reads its default in the role's context (where pull_mode.yml's task reads it) from a play in
+    another folder."""
+    checkout, elsewhere = tmp_path / "checkout", tmp_path / "elsewhere"
+    role = checkout / "roles" / "vllm_dual_fast"
+    shutil.copytree(ROOT / "roles" / "vllm_dual_fast", role)
+    out = tmp_path / "rig-keys-path.txt"
+    (role / "tasks" / "vdf_read_rig_keys_default.yml").write_text(yaml.safe_dump([{
+        "name": "Write the default", "ansible.builtin.copy": {
+            "dest": str(out), "mode": "0644",
+            "content": "{{ vllm_dual_fast_pull_rig_keys_file }}"}}]))
+    elsewhere.mkdir()
+    play = [{"name": "Read the role's default", "hosts": "localhost", "gather_facts": False,
+             "tasks": [{"name": "In the role", "ansible.builtin.include_role": {
+                 "name": "vllm_dual_fast", "tasks_from": "vdf_read_rig_keys_default"}}]}]
+    result, output = run_playbook(elsewhere, play,
+                                  env={"ANSIBLE_ROLES_PATH": str(checkout / "roles")})
+    assert result.returncode == 0, output
+    assert pathlib.Path(out.read_text()).resolve() == checkout / "inventory" / "pull-rig-keys"

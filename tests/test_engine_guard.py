@@ -250,3 +250,16 @@ def test_the_guard_closes_docker_20_10s_forwarding_hole(rig):
     assert not any(answered(s) for s in engine_statuses(restarted).values()), restarted
     assert all(answered(s) for s in decoy_statuses(restarted).values()), restarted
     assert set(restarted) == set(before)
+
+    # A Docker that never jumps to DOCKER-USER ("iptables": false, Docker 29's nftables backend)
+    # would leave the rule guarding nothing: run by the role, the guard says so and fails; at
+    # boot (--boot, before Docker made the jump) it only adds its rules.
+    unhooked = in_rig(f"""
+iptables -w -D FORWARD -j DOCKER-USER
+{GUARD} 2>&1; echo "rc=$?"; echo ---
+{GUARD} --boot 2>&1; echo "rc=$?"
+iptables -w -I FORWARD -j DOCKER-USER
+""").stdout
+    role_run, boot_run = (run.strip() for run in unhooked.split("---"))
+    assert role_run.endswith("rc=1") and "cannot be guarded here" in role_run, role_run
+    assert boot_run == "rc=0", boot_run

@@ -199,6 +199,20 @@ def test_serves_openai_shaped_answers(double):
     assert server.chat(model="Org/Model")[0] == 404
 
 
+def test_a_request_that_names_no_model_is_served_by_the_first_name(double):
+    """vLLM's OpenAIServing._is_model_supported: no model (absent or empty) is supported, and
+    the answer names the first served model; only a name it does not serve is 404."""
+    server = double(["--served-model-name", "qwen", "alias"], model="Org/Model")
+    messages = [{"role": "user", "content": "Say hi."}]
+    for body in ({"messages": messages, "max_tokens": 3},
+                 {"model": "", "messages": messages, "max_tokens": 3}):
+        status, answer = http("POST", server.base_url + "/v1/chat/completions", body)
+        assert status == 200, answer
+        assert answer["model"] == "qwen"
+    status, tokens = http("POST", server.base_url + "/tokenize", {"model": "", "prompt": "x"})
+    assert status == 200, tokens
+
+
 def test_api_key_from_flag_and_env(double, tmp_path):
     server = double(["--api-key", "s3cret"])
     assert http("GET", server.base_url + "/health")[0] == 200

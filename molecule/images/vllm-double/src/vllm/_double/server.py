@@ -19,7 +19,8 @@ the double has no completions endpoint). POST /tokenize: {"model"?, "prompt": st
 TokenizeResponse); count is the prompt's whitespace words, or for messages exactly the
 prompt_tokens a chat completion reports (words + 4 per message: <|im_start|> role \n ...
 <|im_end|>); ids are crc32(word) mod 151643 and Qwen3's special ids; max_model_len is
---max-model-len, or 40960 when unset/auto; an unknown "model" 404, neither field 400.
+--max-model-len, or 40960 when unset/auto; an unknown "model" 404 (none: the first served
+name), neither field 400.
 
 GET /metrics (Prometheus text 0.0.4, as prometheus_client writes it, no _created series):
 counters vllm:prompt_tokens_total (prompt tokens of every request whose prefill finished,
@@ -672,7 +673,8 @@ class Engine:
         (`"stream": true`) is written through emit(data) as it is generated, one call per SSE
         `data:` line, and answers (200, None). The http-500 fault answers 500 after the TTFT
         (a stream, before its first event) or the whole generation time (not streamed)."""
-        model = body.get("model")
+        # vLLM takes a request that names no model (absent or empty) for its first served name.
+        model = body.get("model") or self.served_names[0]
         if model not in self.served_names:
             return 404, error_body(f"The model `{model}` does not exist.", "NotFoundError", 404)
         messages = body.get("messages")
@@ -806,7 +808,7 @@ class Engine:
         """(status, payload) of POST /tokenize: {"model", "prompt"} or {"model", "messages"}
         -> vLLM's TokenizeResponse (count, max_model_len, tokens, token_strs)."""
         model = body.get("model")
-        if model is not None and model not in self.served_names:
+        if model and model not in self.served_names:
             return 404, error_body(f"The model `{model}` does not exist.", "NotFoundError", 404)
         if isinstance(body.get("messages"), list):
             tokens = chat_token_ids(body["messages"])

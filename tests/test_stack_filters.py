@@ -46,3 +46,32 @@ def test_one_file_system_must_hold_both_downloads():
 def test_separate_file_systems_are_judged_apart():
     problems = stack.disk_shortfalls([_place("data", "64", 45, 30), _place("docker", "65", 5, 20)])
     assert len(problems) == 1 and "docker (20 GiB)" in problems[0] and "5 GiB free" in problems[0]
+
+
+# The role's own dpkg-query command (container_stack.yml), on this Debian host.
+DPKG_QUERY = ["dpkg-query", "--show", "--showformat=${db:Status-Status} ${Package}\\n"]
+
+
+def test_installed_packages_reads_the_real_dpkg_query_of_the_role():
+    import shutil
+    import subprocess
+
+    if not shutil.which("dpkg-query"):
+        import pytest
+        pytest.skip("no dpkg-query on this host")
+    out = subprocess.run(DPKG_QUERY, capture_output=True, text=True, check=True).stdout
+    names = stack.installed_packages(out)
+    assert "dpkg" in names and "base-files" in names
+    assert all(" " not in name and ":" not in name for name in names)
+    assert len(names) == out.count("\ninstalled ") + out.startswith("installed ")
+
+
+def test_only_fully_installed_packages_count_as_installed():
+    out = ("installed docker.io\nconfig-files nvidia-container-toolkit\n"
+           "half-configured docker-cli\nunpacked python3-debian\nnot-installed docker-ce\n"
+           "installed ca-certificates\n")
+    assert stack.installed_packages(out) == ["ca-certificates", "docker.io"]
+    assert stack.installed_packages("") == []
+    # What the role then asks apt for: the rest of the family, and the toolkit.
+    chosen = stack.docker_packages(stack.installed_packages(out), False, DEBIAN13, REPO)
+    assert set(chosen) - set(stack.installed_packages(out)) == {"docker-cli", "docker-compose"}

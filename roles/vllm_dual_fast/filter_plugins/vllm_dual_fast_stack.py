@@ -8,6 +8,19 @@ _ENGINE_FAMILIES = (
 )
 
 
+def installed_packages(dpkg_query_output):
+    """The names of the packages dpkg has fully installed, from lines of
+    `dpkg-query --show --showformat='${db:Status-Status} ${Package}\\n'`. A package removed with
+    its configuration kept (config-files), half-installed or unpacked is not installed: apt must
+    still see to it."""
+    names = set()
+    for line in (dpkg_query_output or "").splitlines():
+        status, _, name = line.strip().partition(" ")
+        if status == "installed" and name:
+            names.add(name)
+    return sorted(names)
+
+
 def docker_packages(installed, from_repo, distro_packages, repo_packages):
     """The Docker packages to make present. An engine the owner already installed decides the
     family (installing the other family's engine would make apt remove theirs); otherwise the
@@ -40,6 +53,7 @@ def disk_shortfalls(places):
 class FilterModule:
     def filters(self):
         return {
+            "vllm_dual_fast_installed_packages": installed_packages,
             "vllm_dual_fast_docker_packages": docker_packages,
             "vllm_dual_fast_disk_shortfalls": disk_shortfalls,
         }

@@ -7,10 +7,11 @@ converge, the median unchanged run, their ratio, the number of tasks an unchange
 the median time a task takes, and checks each unchanged run reported changed=0 with the same
 engine container (same id, same start). Writes bench/results/noop-<label>.json.
 
-    .venv/bin/python bench/noop/run.py [--label NAME] [--runs 3] [--keep]
+    .venv/bin/python bench/noop/run.py [--label NAME] [--runs 3] [--keep] [--mitogen]
 
-Run by hand on a quiet machine (needs `make setup`; about 6 minutes); no test runs it. Any
-environment you set reaches ansible-playbook (e.g. ANSIBLE_STRATEGY for Mitogen).
+Run by hand on a quiet machine (needs `make setup`; about 6 minutes); no test runs it. --mitogen
+runs every playbook under Mitogen's strategy (ANSIBLE_STRATEGY=mitogen_linear; the sim rig's
+inventory then connects with mitogen_docker). Any environment you set reaches ansible-playbook.
 """
 import argparse
 import json
@@ -81,13 +82,17 @@ def main() -> int:
     parser.add_argument("--label", default="now")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the simulated rig running")
+    parser.add_argument("--mitogen", action="store_true", help="run under Mitogen's strategy")
     args = parser.parse_args()
     env = environment()
+    rig_env = dict(env)    # the rig is set up on stock Ansible either way (scripts/sim-rig.sh)
+    if args.mitogen:
+        env["ANSIBLE_STRATEGY"] = "mitogen_linear"
     logs = Path(tempfile.mkdtemp(prefix=f"vdf-bench-noop-{args.label}-"))
     print("bench/noop: a fresh simulated rig", flush=True)
-    subprocess.run([str(ROOT / "scripts/sim-rig.sh"), "down"], env=env, check=True,
+    subprocess.run([str(ROOT / "scripts/sim-rig.sh"), "down"], env=rig_env, check=True,
                    stdout=subprocess.DEVNULL)
-    subprocess.run([str(ROOT / "scripts/sim-rig.sh"), "up"], env=env, check=True,
+    subprocess.run([str(ROOT / "scripts/sim-rig.sh"), "up"], env=rig_env, check=True,
                    stdout=subprocess.DEVNULL)
     try:
         first = timed_site(env, logs / "first.log")

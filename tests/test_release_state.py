@@ -116,3 +116,39 @@ def test_the_verdict_keeps_when_the_gates_and_the_report():
     assert verdict["healthy_at"] == "2026-12-01T10:00:00+00:00"
     assert verdict["canary"] is True and verdict["gates"]["race_check"][0] == "pass"
     assert verdict["report"] is report
+
+
+def test_a_data_root_under_a_symbolic_link_keeps_the_release_unchanged(tmp_path):
+    """The real ansible.builtin.stat of the links the role writes, with the data root a symbolic
+    link to another disk (an owner moving /opt/vllm-dual-fast to a bigger one): the release that
+    serves and passed is unchanged, and `current` and `last-good` name the configured folders
+    prune compares with."""
+    import json
+    import os
+
+    from ansible_runner import run_playbook
+
+    disk = tmp_path / "bigdisk/vllm-dual-fast"
+    (disk / "releases/aaaaaaaaaaaaaaaa").mkdir(parents=True)
+    root = tmp_path / "opt-vllm-dual-fast"
+    root.symlink_to(disk)
+    served = f"{root}/releases/aaaaaaaaaaaaaaaa"
+    for name in ("current", "last-good"):          # as the role's file task writes them
+        os.symlink(served, root / name)
+    os.symlink("releases/aaaaaaaaaaaaaaaa", disk / "relative")    # one made by hand
+    out = tmp_path / "stats.json"
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        *({"ansible.builtin.stat": {"path": str(root / name)}, "register": f"_{i}"}
+          for i, name in enumerate(("current", "last-good", "relative"))),
+        {"ansible.builtin.copy": {"content": "{{ [_0, _1, _2] | to_json }}", "dest": str(out),
+                                  "mode": "0644"}},
+    ]}]
+    result, text = run_playbook(tmp_path, play)
+    assert result.returncode == 0, text
+    current, last_good, relative = json.loads(out.read_text())
+    assert current["stat"]["lnk_source"].startswith(str(disk))    # what made every run new
+    judged = release.release_switch({"release": served, "current": current,
+                                     "last_good": last_good, "legacy_report": None})
+    assert judged["is_new"] is False
+    assert judged["current"] == judged["last_good"] == served
+    assert release._link_target(relative) == f"{root}/releases/aaaaaaaaaaaaaaaa"

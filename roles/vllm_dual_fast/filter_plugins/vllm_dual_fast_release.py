@@ -10,9 +10,20 @@ import posixpath
 
 
 def _link_target(stat):
-    """The target of a link from ansible.builtin.stat's result, '' when it is not a link."""
+    """The release a link names, from ansible.builtin.stat's result ('' when it is not a link):
+    the link's own text (lnk_target, made absolute against the link's folder), as the role wrote
+    it under the configured data root. Not the resolved path (lnk_source): with the data root
+    under a symbolic link that names another folder than the release this run renders, and every
+    run would look new and prune could take `current` or `last-good` for an old release."""
     stat = (stat or {}).get("stat", stat) or {}
-    return stat.get("lnk_source", "") if stat.get("islnk") else ""
+    if not stat.get("islnk"):
+        return ""
+    target = stat.get("lnk_target") or ""
+    if not target:
+        return stat.get("lnk_source", "")
+    if not posixpath.isabs(target):
+        target = posixpath.join(posixpath.dirname(stat.get("path", "")), target)
+    return posixpath.normpath(target)
 
 
 def adopted_last_good(current, legacy_report):

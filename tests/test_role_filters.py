@@ -10,6 +10,11 @@ _PATH = Path(__file__).parents[1] / "roles/vllm_dual_fast/filter_plugins/vllm_du
 _spec = importlib.util.spec_from_file_location("vdf_filters", _PATH)
 filters = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(filters)
+# The health check's parts live beside its verdict (vllm_dual_fast_health.py).
+_health_spec = importlib.util.spec_from_file_location(
+    "vdf_health_filters", _PATH.parent / "vllm_dual_fast_health.py")
+health = importlib.util.module_from_spec(_health_spec)
+_health_spec.loader.exec_module(health)
 
 TWO_3090 = (
     "0, NVIDIA GeForce RTX 3090, 24576 MiB, 580.95.05, 00000000:01:00.0, 8.6\n"
@@ -207,12 +212,12 @@ HEALTHY = {
 
 
 def test_a_healthy_release_has_no_failures():
-    assert filters.health_failures(HEALTHY) == []
-    assert filters.health_failures(dict(HEALTHY, patch={"status": "upstream-fixed"})) == []
+    assert health.health_failures(HEALTHY) == []
+    assert health.health_failures(dict(HEALTHY, patch={"status": "upstream-fixed"})) == []
 
 
 def test_each_failed_check_is_named():
-    failures = filters.health_failures(dict(
+    failures = health.health_failures(dict(
         HEALTHY,
         smoke={"ok": False, "failures": ["request 3: RemoteDisconnected"]},
         kernel_log=["NVRM: Xid (PCI:0000:01:00): 31, pid=42"],
@@ -232,13 +237,13 @@ def test_each_failed_check_is_named():
 def test_patch_off_passes_an_upstream_fixed_image():
     checks = dict(HEALTHY, patch_enabled=False, race_exposed=True, max_num_seqs=4,
                   patch={"status": "upstream-fixed"})
-    assert filters.health_failures(checks) == []
+    assert health.health_failures(checks) == []
 
 
 def test_patch_off_refuses_a_pinned_image_when_mtp_and_four_sequences_expose_the_race():
     checks = dict(HEALTHY, patch_enabled=False, race_exposed=True, max_num_seqs=4,
                   patch={"status": "unpatched"})
-    [failure] = filters.health_failures(checks)
+    [failure] = health.health_failures(checks)
     assert "pins the decode plan buffer" in failure and "max_num_seqs 4" in failure
     assert "Xid 31" in failure and "vllm_dual_fast_patch_enabled" in failure
 
@@ -246,11 +251,11 @@ def test_patch_off_refuses_a_pinned_image_when_mtp_and_four_sequences_expose_the
 def test_patch_off_accepts_a_pinned_image_when_the_race_is_not_exposed():
     checks = dict(HEALTHY, patch_enabled=False, race_exposed=False, max_num_seqs=1,
                   patch={"status": "unpatched"})
-    assert filters.health_failures(checks) == []
+    assert health.health_failures(checks) == []
 
 
 def test_no_smoke_output_and_no_container_are_failures():
-    failures = filters.health_failures(dict(
+    failures = health.health_failures(dict(
         HEALTHY, smoke={}, smoke_stderr="Traceback", restarts_before="", restarts_after="",
         patch={"status": "unpatched"}))
     assert failures[0] == "smoke c=4 failed: Traceback"
@@ -259,7 +264,7 @@ def test_no_smoke_output_and_no_container_are_failures():
 
 
 def test_json_object_tolerates_what_a_failed_tool_prints():
-    assert filters.json_object('{"status": "patched"}') == {"status": "patched"}
-    assert filters.json_object("") == {}
-    assert filters.json_object("Error: No such container") == {}
-    assert filters.json_object("[1, 2]") == {}
+    assert health.json_object('{"status": "patched"}') == {"status": "patched"}
+    assert health.json_object("") == {}
+    assert health.json_object("Error: No such container") == {}
+    assert health.json_object("[1, 2]") == {}

@@ -154,65 +154,6 @@ def entrypoint_script(args, patch_enabled, api_key_set):
     return "\n".join(lines) + "\n"
 
 
-def json_object(text):
-    """The JSON object a tool printed, or {} when it printed none (crashed, missing, garbage)."""
-    try:
-        value = json.loads(text or "")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-PATCH_OK = ("patched", "already-patched", "upstream-fixed")
-
-
-def health_failures(checks):
-    """What is wrong with a serving release, one readable line per failed check (empty: healthy).
-    checks: smoke (smoke.py's JSON object), smoke_stderr, concurrency, kernel_log (lines),
-    restarts_before / restarts_after (docker's RestartCount text), patch (patcher --check JSON)."""
-    failures = []
-    smoke = checks.get("smoke") or {}
-    if not smoke.get("ok"):
-        why = smoke.get("failures") or [checks.get("smoke_stderr") or "no output"]
-        failures.append(f"smoke c={checks['concurrency']} failed: " + "; ".join(why))
-    xid = [line for line in checks.get("kernel_log", []) if "NVRM: Xid" in line]
-    if xid:
-        failures.append("new kernel Xid lines: " + " | ".join(xid))
-    before = str(checks.get("restarts_before") or "").strip()
-    after = str(checks.get("restarts_after") or "").strip()
-    if not after or before != after:
-        went = f"from {before or 'none'} to {after or 'none'}"
-        failures.append(f"container restart count went {went}")
-    failures += _patch_failures(checks)
-    return failures
-
-
-def _patch_failures(checks):
-    """The FlashInfer patch checks. With the patch on, the container must be patched (or fixed
-    upstream); with it off, the image's FlashInfer may still be pinned only while the race is not
-    exposed (no MTP, or fewer than 4 sequences)."""
-    status = (checks.get("patch") or {}).get("status")
-    stderr = checks.get("patch_stderr") or ""
-    if not status and re.search(r"is not running|is restarting|No such container", stderr):
-        return ["FlashInfer patch status unknown: the container was not running when it was asked"]
-    if not status:
-        said = stderr.strip()[-200:] or "the patcher printed nothing"
-        return [f"FlashInfer patch status unreadable: {said}"]
-    if checks.get("patch_enabled", True):
-        if status not in PATCH_OK:
-            return [f"FlashInfer patch status is {status} (expected patched or upstream-fixed)"]
-        return []
-    if status == "unpatched" and checks.get("race_exposed"):
-        return [
-            "the image's FlashInfer still pins the decode plan buffer while MTP runs with"
-            f" max_num_seqs {checks.get('max_num_seqs')}: the Xid 31 race of vllm#40756;"
-            " set vllm_dual_fast_patch_enabled: true (or use an image whose FlashInfer is fixed)"
-        ]
-    if status == "drift":
-        return ["FlashInfer's decode.py is in a shape the patcher does not know (drift)"]
-    return []
-
-
 class FilterModule:
     def filters(self):
         return {
@@ -224,6 +165,4 @@ class FilterModule:
             "vllm_dual_fast_serve_args": serve_args,
             "vllm_dual_fast_serve_environment": serve_environment,
             "vllm_dual_fast_entrypoint_script": entrypoint_script,
-            "vllm_dual_fast_json_object": json_object,
-            "vllm_dual_fast_health_failures": health_failures,
         }

@@ -1,6 +1,11 @@
-"""Helpers for the health checks: the kernel-log window, the patcher's start line and the canary's
-gates (pure; tested in tests/test_health_filters.py)."""
+"""The health check's verdict and its parts: the kernel-log window, the patcher's start line, the
+checks every release must pass and the canary's gates, and health_report, which builds the
+report (files/schemas/health-report.schema.json) from what the checks returned, in one call
+(pure; tested in tests/test_health_filters.py, tests/test_role_filters.py and
+tests/test_health_report.py)."""
 
+import json
+import posixpath
 import re
 
 # `journalctl -o short-unix`: `1796131722.468892 rig3090 kernel: message`.
@@ -250,6 +255,178 @@ def canary_gates(inputs):
     return {"gates": gates, "failures": failures}
 
 
+def json_object(text):
+    """The JSON object a tool printed, or {} when it printed none (crashed, missing, garbage)."""
+    try:
+        value = json.loads(text or "")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+PATCH_OK = ("patched", "already-patched", "upstream-fixed")
+
+
+def health_failures(checks):
+    """What is wrong with a serving release, one readable line per failed check (empty: healthy).
+    checks: smoke (smoke.py's JSON object), smoke_stderr, concurrency, kernel_log (lines),
+    restarts_before / restarts_after (docker's RestartCount text), patch (patcher --check JSON)."""
+    failures = []
+    smoke = checks.get("smoke") or {}
+    if not smoke.get("ok"):
+        why = smoke.get("failures") or [checks.get("smoke_stderr") or "no output"]
+        failures.append(f"smoke c={checks['concurrency']} failed: " + "; ".join(why))
+    xid = [line for line in checks.get("kernel_log", []) if "NVRM: Xid" in line]
+    if xid:
+        failures.append("new kernel Xid lines: " + " | ".join(xid))
+    before = str(checks.get("restarts_before") or "").strip()
+    after = str(checks.get("restarts_after") or "").strip()
+    if not after or before != after:
+        went = f"from {before or 'none'} to {after or 'none'}"
+        failures.append(f"container restart count went {went}")
+    failures += _patch_failures(checks)
+    return failures
+
+
+def _patch_failures(checks):
+    """The FlashInfer patch checks. With the patch on, the container must be patched (or fixed
+    upstream); with it off, the image's FlashInfer may still be pinned only while the race is not
+    exposed (no MTP, or fewer than 4 sequences)."""
+    status = (checks.get("patch") or {}).get("status")
+    stderr = checks.get("patch_stderr") or ""
+    if not status and re.search(r"is not running|is restarting|No such container", stderr):
+        return ["FlashInfer patch status unknown: the container was not running when it was asked"]
+    if not status:
+        said = stderr.strip()[-200:] or "the patcher printed nothing"
+        return [f"FlashInfer patch status unreadable: {said}"]
+    if checks.get("patch_enabled", True):
+        if status not in PATCH_OK:
+            return [f"FlashInfer patch status is {status} (expected patched or upstream-fixed)"]
+        return []
+    if status == "unpatched" and checks.get("race_exposed"):
+        return [
+            "the image's FlashInfer still pins the decode plan buffer while MTP runs with"
+            f" max_num_seqs {checks.get('max_num_seqs')}: the Xid 31 race of vllm#40756;"
+            " set vllm_dual_fast_patch_enabled: true (or use an image whose FlashInfer is fixed)"
+        ]
+    if status == "drift":
+        return ["FlashInfer's decode.py is in a shape the patcher does not know (drift)"]
+    return []
+
+
+def _register(evidence, name):
+    """A registered result in the evidence ({} when the task was never reached)."""
+    return evidence.get(name) or {}
+
+
+def _ran(result):
+    """Whether a registered command ran (a skipped task registers no stdout)."""
+    return "stdout" in result
+
+
+def _race_summary(race):
+    """race_check's last line; a setup step that failed says why on stderr."""
+    said = str(race.get("stdout") or "").strip()
+    return said or str(race.get("stderr") or "").strip().split("\n")[-1]
+
+
+def _downtime_s(health, smoke_started_at, smoke):
+    """Seconds from `up` (the old container stopping) to /health answering; None when the
+    container was not recreated."""
+    down_since = health.get("down_since")
+    if str(down_since if down_since is not None else "") in ("", "None"):
+        return None
+    waited = ((smoke.get("health") or {}).get("waited_s")) or 0
+    return round(float(smoke_started_at) + float(waited) - float(down_since), 1)
+
+
+def health_report(evidence):
+    """The report of one health check, built in one place (files/schemas/health-report.schema.json):
+    whether the serving release is healthy, each failed check in one line, and what the checks
+    measured. evidence: host, checked_at, serving (the release's manifest with dir, gates and
+    patch_enabled), health (health.yml's input: baseline_report, baseline_release, long_prompt,
+    down_since), settings (smoke_concurrency and the gates' thresholds), smoke_started_at, and the
+    registered results of the checks: smoke, long_prompt, engine_log, soak, race_check,
+    restarts_before, restarts_after, patch_at_start, patch_check (in the container),
+    patch_check_image (a one-off container, the patch off), vllm_version; kernel: {lines,
+    readable, source, window}."""
+    serving, health = evidence["serving"], evidence.get("health") or {}
+    settings, kernel = evidence.get("settings") or {}, evidence.get("kernel") or {}
+    smoke_run = _register(evidence, "smoke")
+    smoke = json_object(smoke_run.get("stdout"))
+    patch_enabled = str(serving.get("patch_enabled")).lower() == "true"
+    patch_run = _register(evidence, "patch_check" if patch_enabled else "patch_check_image")
+    patch = json_object(patch_run.get("stdout"))
+    after = str(_register(evidence, "restarts_after").get("stdout") or "").split(" ")
+    at_start_line = _register(evidence, "patch_at_start").get("stdout") or ""
+    at_start = patch_at_start(at_start_line)
+    long_run_result = _register(evidence, "long_prompt")
+    long_run = json_object(long_run_result.get("stdout")) if _ran(long_run_result) else None
+    gates_on = str(serving.get("gates")).lower() == "true"
+    soak = _register(evidence, "soak")
+    race = _register(evidence, "race_check")
+    canary = canary_gates({
+        "speed_now": smoke.get("speed") or {},
+        "previous_report": health.get("baseline_report"),
+        "previous_release": health.get("baseline_release"),
+        "max_drop_pct": settings.get("gate_speed_drop_pct"),
+        "ttft_floor_ms": settings.get("gate_ttft_floor_ms"),
+        "rate_floor_tps": settings.get("gate_speed_floor_tps"),
+        "mtp_floor": settings.get("gate_mtp_acceptance_min"),
+        "mtp_drop_pct": settings.get("gate_mtp_acceptance_drop_pct"),
+        "race_rc": race.get("rc"),
+        "race_mode": settings.get("gate_race_check"),
+        "race_summary": _race_summary(race),
+        "soak_s": settings.get("gate_soak_s"),
+        "soak_run": json_object(soak.get("stdout")) if _ran(soak) else None,
+        "soak_stderr": soak.get("stderr") or "",
+    }) if gates_on else {"gates": {}, "failures": []}
+    failures = health_failures({
+        "smoke": smoke, "smoke_stderr": smoke_run.get("stderr") or "",
+        "concurrency": settings.get("smoke_concurrency"),
+        "kernel_log": kernel.get("lines") or [],
+        "restarts_before": _register(evidence, "restarts_before").get("stdout") or "",
+        "restarts_after": after[0], "patch": patch,
+        "patch_stderr": patch_run.get("stderr") or "",
+        "patch_enabled": patch_enabled,
+        "race_exposed": str(serving.get("race_exposed")).lower() == "true",
+        "max_num_seqs": serving.get("max_num_seqs"),
+    }) + long_prompt_failures(long_run, _register(evidence, "engine_log").get("stdout_lines"),
+                              health.get("long_prompt") or {}) + canary["failures"]
+    version = _register(evidence, "vllm_version")
+    window = kernel.get("window") or {}
+    return {
+        "host": evidence.get("host"),
+        "release": posixpath.basename(serving.get("dir") or ""),
+        "image": serving.get("image"),
+        "vllm_version": str(version.get("stdout") or "").strip() if version.get("rc") == 0 else "",
+        "model": serving.get("model"),
+        "served_model_name": serving.get("served_model_name"),
+        "checked_at": evidence.get("checked_at"),
+        "healthy": not failures,
+        "failures": failures,
+        "smoke": smoke,
+        "health_wait_s": (smoke.get("health") or {}).get("waited_s"),
+        "downtime_s": _downtime_s(health, evidence.get("smoke_started_at") or 0, smoke),
+        "mtp": (smoke.get("speed") or {}).get("spec_decode") or {},
+        "long_prompt": (long_run or {}).get("long_prompt") or {},
+        "kernel_xid_lines": xid_lines(kernel.get("lines") or []),
+        "kernel_log_readable": bool(kernel.get("readable")),
+        "kernel_log_since": int(float(window.get("since_epoch") or 0)),
+        "kernel_log_source": kernel.get("source"),
+        "restart_count": after[0],
+        "container_started_at": after[-1],
+        "patch_status": at_start.get("status") or patch.get("status") or "unknown",
+        "patch_at_start": at_start_line,
+        "patch_enabled": patch_enabled,
+        "patch_report": patch,
+        "canary": gates_on,
+        "gates": canary["gates"],
+        "previous_speed": speed_baseline(health.get("baseline_report"),
+                                         health.get("baseline_release"))[0],
+    }
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -261,4 +438,7 @@ class FilterModule:
             "vllm_dual_fast_canary_gates": canary_gates,
             "vllm_dual_fast_speed_baseline": speed_baseline,
             "vllm_dual_fast_long_prompt_failures": long_prompt_failures,
+            "vllm_dual_fast_json_object": json_object,
+            "vllm_dual_fast_health_failures": health_failures,
+            "vllm_dual_fast_health_report": health_report,
         }

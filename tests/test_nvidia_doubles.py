@@ -452,3 +452,19 @@ def test_repo_rebuild_is_a_no_op(repo):
     assert "up to date" in proc.stdout
     after = {p: p.read_bytes() for p in repo["out"].rglob("*") if p.is_file()}
     assert after == before
+
+
+@pytest.mark.parametrize("args", [
+    ("--query-gpu=index,name,memory.total,driver_version,pci.bus_id,compute_cap",
+     "--format=csv,noheader"),
+    ("topo", "-m"),
+    (),
+])
+def test_smi_faults_exit_as_the_real_tool_does(smi_env, args):
+    smi_env["NVIDIA_SMI_DOUBLE_FAULT"] = "no-driver"
+    proc = smi(smi_env, *args, check=False)
+    assert proc.returncode == 9 and "couldn't communicate with the NVIDIA driver" in proc.stdout
+    smi_env["NVIDIA_SMI_DOUBLE_FAULT"] = "gpu-lost"
+    proc = smi(smi_env, *args, check=False)
+    assert proc.returncode == 15 and "GPU is lost" in proc.stdout
+    assert smi(smi_env, "--version").returncode == 0      # needs no driver

@@ -223,6 +223,19 @@ LONG_RUN = {"ok": False, "failures": ["long prompt request 2: HTTP 500: EngineCo
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 876.80 MiB. GPU 0 has a"
 
 
+
+def test_a_release_running_mtp_whose_counters_are_gone_fails_the_mtp_gate():
+    """vLLM deprecates a metric, hides it, then removes it: a canary must not pass unmeasured."""
+    [found] = health.mtp_regressions({"unavailable": "no counters"}, SPEC, 0.2, 30, expected=True)
+    assert found.startswith("MTP acceptance unmeasured (no counters)")
+    assert health.mtp_regressions(None, SPEC, 0.2, 30, expected=True)
+    assert health.mtp_regressions(SPEC, SPEC, 0.2, 30, expected=True) == []
+    judged = health.canary_gates(gate_inputs(
+        race_rc=0, speed_now={"c1": {"tokens_per_s": 50.0}, "spec_decode": {}},
+        mtp_expected=True))
+    assert any(f.startswith("MTP acceptance unmeasured") for f in judged["failures"])
+
+
 def test_long_prompts_out_of_memory_name_the_remedies_cheapest_first():
     found = health.long_prompt_failures(LONG_RUN, ["INFO start", OOM], SETTINGS)
     assert len(found) == 1

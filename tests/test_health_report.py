@@ -141,3 +141,14 @@ def test_with_the_patch_off_the_image_s_own_check_is_judged():
     report = report_of(ev)
     assert report["patch_status"] == "unpatched" and not report["patch_enabled"]
     assert "still pins the decode plan buffer" in report["failures"][0]
+
+
+def test_a_canary_running_mtp_without_counters_fails_the_mtp_gate():
+    serving = {**evidence()["serving"], "serve_args": ["--speculative-config", "{}"]}
+    blind = {"c1": {"tokens_per_s": 50.0, "ttft_s": 0.2}, "spec_decode": {"unavailable": "gone"}}
+    ev = evidence(gates=True, serving={**serving, "gates": True},
+                  smoke={"rc": 0, "stderr": "", "stdout": json.dumps(
+                      {"ok": True, "failures": [], "speed": blind})})
+    report = report_of(ev)
+    assert report["gates"]["mtp_regressions"][0].startswith("MTP acceptance unmeasured (gone)")
+    assert not report["healthy"]

@@ -112,14 +112,21 @@ def speed_regressions(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_t
     return found
 
 
-def mtp_regressions(now, before, floor, max_drop_pct):
+def mtp_regressions(now, before, floor, max_drop_pct, expected=False):
     """The canary's MTP acceptance gate, one line each (empty: passed). now/before: smoke.py's
     speed "spec_decode" ({"acceptance_rate", "mean_acceptance_length", ...} or {"unavailable"});
     acceptance below `floor` fails, and so does a drop of more than max_drop_pct against the
-    release before. No counters (MTP off, /metrics unreadable) is no figure: nothing to judge."""
+    release before. expected: the release runs MTP (--speculative-config). Then no counters is a
+    gate that cannot see, and fails: vLLM renames and removes metrics across releases, and a
+    canary must not pass with MTP unmeasured. With MTP off there is nothing to judge."""
     rate = (now or {}).get("acceptance_rate")
     if not isinstance(rate, (int, float)) or isinstance(rate, bool):
-        return []
+        if not expected:
+            return []
+        why = (now or {}).get("unavailable") or "no spec-decode counters in the speed run"
+        return [f"MTP acceptance unmeasured ({why}): the release runs MTP but vLLM's spec-decode "
+                "counters were not found on /metrics (renamed or removed in this vLLM?); the "
+                "MTP gate cannot pass blind"]
     found = []
     length = (now or {}).get("mean_acceptance_length")
     said = f"{rate:.2f}" + (f" (mean acceptance length {length:.2f})"
@@ -226,8 +233,8 @@ def canary_gates(inputs):
     """The canary's gates, judged in one place: {"gates": what the report records, "failures":
     one line each (empty: passed)}. inputs: speed_now (smoke.py's "speed"), previous_report (the
     rig's report before the switch), previous_release (the release that served before),
-    max_drop_pct, race_rc, race_mode, race_summary, soak_s, soak_run (the soak's smoke.py JSON,
-    None when it did not run), soak_stderr."""
+    max_drop_pct, mtp_expected (the release runs MTP), race_rc, race_mode, race_summary, soak_s,
+    soak_run (the soak's smoke.py JSON, None when it did not run), soak_stderr."""
     before, no_baseline = speed_baseline(inputs.get("previous_report"),
                                          inputs.get("previous_release"))
     regressions = speed_regressions(inputs.get("speed_now"), before,
@@ -236,7 +243,7 @@ def canary_gates(inputs):
                                     inputs.get("rate_floor_tps", 1.0))
     mtp = mtp_regressions((inputs.get("speed_now") or {}).get("spec_decode"),
                           before.get("spec_decode"), inputs.get("mtp_floor", 0),
-                          inputs.get("mtp_drop_pct", 100))
+                          inputs.get("mtp_drop_pct", 100), bool(inputs.get("mtp_expected")))
     verdict, line = race_check_verdict(inputs.get("race_rc"), inputs.get("race_mode", "auto"),
                                        inputs.get("race_summary", ""))
     soak_run = inputs.get("soak_run")
@@ -374,6 +381,7 @@ def health_report(evidence):
         "rate_floor_tps": settings.get("gate_speed_floor_tps"),
         "mtp_floor": settings.get("gate_mtp_acceptance_min"),
         "mtp_drop_pct": settings.get("gate_mtp_acceptance_drop_pct"),
+        "mtp_expected": "--speculative-config" in (serving.get("serve_args") or []),
         "race_rc": race.get("rc"),
         "race_mode": settings.get("gate_race_check"),
         "race_summary": _race_summary(race),

@@ -6,8 +6,10 @@
 
 Inputs
   --reports DIR  the per-rig health reports the role writes on the controller, DIR/<host>.json
-                 (roles/vllm_dual_fast/tasks/health.yml `_report`: host, release, image, healthy,
-                 failures, smoke, kernel_xid_lines, patch_status, patch_report, checked_at, ...).
+                 (files/schemas/health-report.schema.json: schema_version, host, release, image,
+                 healthy, failures [{check, result, line, advice}], smoke, kernel_xid_lines,
+                 patch_status, patch_report, checked_at, ...). A report of a schema version
+                 other than 1 (no key; failures were lines) or 2 is a "no-report" row saying so.
                  Top-level *.json only; this tool's own fleet-*.json and JSON objects without a
                  "host" key are skipped; a file that is not JSON becomes a row saying so.
   --pulled DIR   the same reports as uploaded by rigs that pull (same shape, plus "pull": {state,
@@ -230,6 +232,38 @@ def one_line(text, limit: int = REASON_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
 
 
+# The health report shapes this reads (files/schemas/health-report.schema.json): 1 (no
+# "schema_version": failures were lines of text) and 2 (failures are {check, result, line,
+# advice}). A report of any other version is shown as such and read no further.
+KNOWN_REPORT_VERSIONS = (1, 2)
+
+
+def report_version(report):
+    """The report's schema version: 1 without one, else the value (an int, or its text)."""
+    version = report.get("schema_version", 1)
+    return version if isinstance(version, int) and not isinstance(version, bool) else str(version)
+
+
+def as_known(report):
+    """The report when its schema version is one this reads; else only its host, where it came
+    from and why it is not read (as an unreadable file is), never misread as a known one."""
+    if not report or report.get("_unreadable"):
+        return report
+    version = report_version(report)
+    if version in KNOWN_REPORT_VERSIONS:
+        return report
+    kept = {k: report[k] for k in ("host", "_from", "_host_mismatch") if k in report}
+    return {**kept, "_unreadable": f"report of unknown schema version {version} (a newer role "
+                                   "wrote it?): not read"}
+
+
+def failures_reason(failures) -> str:
+    """An unhealthy report's failures on one line, by field: "[check] line" each (version 2);
+    a version 1 failure is its own line of text."""
+    return one_line([f"[{f.get('check', '?')}] {f.get('line', '')}" if isinstance(f, dict)
+                     else str(f) for f in failures or []])
+
+
 def _healthy(report):
     value = report.get("healthy")
     if isinstance(value, str):
@@ -405,7 +439,7 @@ def row_for(host: str, report=None, state=None, missing_state=False, now=None,
     reason when nothing else is). now: the time pulled rigs' staleness is judged at (None:
     none is stale). unverified: why the rig's own upload was not verified (it is not the
     report then)."""
-    report = report or {}
+    report = as_known(report or {})
     state = state or {}
     stale = None if state.get("state") else staleness(report, now, stale_after)
     patch_report = report.get("patch_report") if isinstance(report.get("patch_report"),
@@ -430,7 +464,7 @@ def row_for(host: str, report=None, state=None, missing_state=False, now=None,
         reason = pull_reason(report)
     elif reason is None and report and _healthy(report) is False:
         failures = report.get("failures")
-        reason = one_line(failures) if failures else "unhealthy (no failure named)"
+        reason = failures_reason(failures) if failures else "unhealthy (no failure named)"
     if reason is None and missing_state and not state:
         reason = NO_STATE
     if unverified:

@@ -137,6 +137,24 @@ def test_row_for_a_failure_names_one_line_reason():
     assert rolled["reason"] == "speed -30% at c=1"  # the rollout's reason first
 
 
+def test_row_for_reads_a_version_2_report_s_failures_by_field():
+    failures = [{"check": "mtp", "result": "cannot-judge", "line": "MTP acceptance unmeasured",
+                 "advice": "a"},
+                {"check": "smoke", "result": "fail", "line": "smoke c=4 failed:\n HTTP 500",
+                 "advice": "b"}]
+    row = fleet.row_for("a", report("a", healthy=False, failures=failures, schema_version=2))
+    assert row["state"] == "unhealthy"
+    assert row["reason"] == "[mtp] MTP acceptance unmeasured; [smoke] smoke c=4 failed: HTTP 500"
+
+
+@pytest.mark.parametrize("version", [3, "2", None, True])
+def test_a_report_of_an_unknown_schema_version_is_a_row_saying_so_never_misread(version):
+    row = fleet.row_for("a", report("a", healthy=True, schema_version=version))
+    assert (row["state"], row["healthy"], row["release"]) == ("no-report", None, None)
+    assert row["reason"] == (f"report of unknown schema version {version} (a newer role wrote "
+                             "it?): not read")
+
+
 def test_row_for_without_state_or_report():
     assert fleet.row_for("a", report("a"))["state"] == "healthy"
     assert fleet.row_for("a", None, None)["state"] == "no-report"

@@ -200,7 +200,9 @@ def judge(tmp_path, previous_report, previous, race_rc=0, race_stderr="", **chan
         "tasks": [health_task("Know what is judged"),
                   health_task("Judge the health checks"),
                   {"name": "Keep the verdict", "ansible.builtin.copy": {
-                      "content": "{{ [_vllm_dual_fast_report, _vllm_dual_fast_health_failures]"
+                      "content": "{{ [_vllm_dual_fast_verdict.report,"
+                                 " _vllm_dual_fast_verdict.failures"
+                                 " | map(attribute='line') | list]"
                                  " | to_json }}", "dest": str(out), "mode": "0644"}}],
     }]
     smoke = {"ok": True, "failures": [], "speed": SPEED_SLOWER}
@@ -316,7 +318,9 @@ def test_a_race_check_that_faults_the_gpu_fails_health(tmp_path):
                 *kernel_log_tasks(),
                 health_task("Judge the health checks"),
                 {"name": "Keep the verdict", "ansible.builtin.copy": {
-                    "content": "{{ [_vllm_dual_fast_report, _vllm_dual_fast_health_failures]"
+                    "content": "{{ [_vllm_dual_fast_verdict.report,"
+                                 " _vllm_dual_fast_verdict.failures"
+                                 " | map(attribute='line') | list]"
                                " | to_json }}", "dest": str(out), "mode": "0644"}}],
         }]
         facts = {

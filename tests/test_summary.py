@@ -38,18 +38,60 @@ def test_a_healthy_report_says_so_first_with_what_serves():
     assert len(lines) <= 6                                  # one screen, not the JSON
 
 
-def test_a_failed_report_names_each_failure_with_what_to_do():
-    failures = ["new kernel Xid lines: NVRM: Xid (PCI:0000:01:00): 31, pid=7",
-                "container restart count went from 0 to 1", "something nobody foresaw"]
-    lines = summary.verdict_lines(report(healthy="False", failures=failures,
+def fail(check, line, result="fail", advice=None):
+    return {"check": check, "result": result, "line": line,
+            "advice": advice if advice is not None else f"advice for {check}"}
+
+
+def test_a_failed_report_names_each_failure_with_its_own_advice():
+    failures = [fail("kernel-xid", "new kernel Xid lines: NVRM: Xid (PCI:0000:01:00): 31, pid=7",
+                     advice="a GPU fault: vllm#40756"),
+                fail("container-restart", "container restart count went from 0 to 1"),
+                fail("mtp", "MTP acceptance unmeasured (gone)", "cannot-judge"),
+                fail("smoke", "something nobody foresaw", advice="")]
+    lines = summary.verdict_lines(report(schema_version=2, healthy="False", failures=failures,
                                          kernel_xid_lines=["NVRM: Xid (PCI:0000:01:00): 31"]))
-    assert lines[0] == "rig-a: UNHEALTHY - release abc123, 3 checks failed"
-    failed = [line for line in lines if line.startswith("  FAILED ")]
-    assert len(failed) == 3
-    assert "-> a GPU fault" in failed[0] and "vllm#40756" in failed[0]
-    assert "-> the engine died" in failed[1]
-    assert failed[2] == "  FAILED something nobody foresaw"     # no advice made up
+    assert lines[0] == "rig-a: UNHEALTHY - release abc123, 4 checks failed"
+    failed = [line for line in lines if line.startswith(("  FAILED ", "  CANNOT JUDGE "))]
+    assert failed == [
+        "  FAILED [kernel-xid] new kernel Xid lines: NVRM: Xid (PCI:0000:01:00): 31, pid=7"
+        " -> a GPU fault: vllm#40756",
+        "  FAILED [container-restart] container restart count went from 0 to 1"
+        " -> advice for container-restart",
+        "  CANNOT JUDGE [mtp] MTP acceptance unmeasured (gone) -> advice for mtp",
+        "  FAILED [smoke] something nobody foresaw"]            # no advice made up
     assert "1 Xid line, first: NVRM: Xid" in "\n".join(lines)
+
+
+def test_advice_is_read_by_field_never_by_the_words_of_the_line():
+    """A check's line that starts like another check's gets its own check's advice."""
+    lines = summary.verdict_lines(report(schema_version=2, healthy=False, failures=[
+        fail("soak", "smoke c=4 failed under the soak", advice="the soak's advice")]))
+    assert lines[-1].endswith("-> the soak's advice")
+
+
+def test_a_version_1_report_shows_its_failure_lines_without_guessing_advice():
+    lines = summary.verdict_lines(report(healthy=False, failures=[
+        "new kernel Xid lines: NVRM: Xid (PCI:0000:01:00): 31"]))
+    assert lines[0] == "rig-a: UNHEALTHY - release abc123, 1 check failed"
+    assert lines[-1] == "  FAILED new kernel Xid lines: NVRM: Xid (PCI:0000:01:00): 31"
+
+
+def test_a_report_of_an_unknown_schema_version_is_shown_as_such_not_misread():
+    for version in (3, "2", None):
+        lines = summary.verdict_lines(report(schema_version=version, healthy=True),
+                                      "reports/rig-a.json")
+        assert lines == [f"rig-a: report of unknown schema version {version} - not read (a "
+                         "newer role wrote it?)", "  full report: reports/rig-a.json"], lines
+
+
+def test_a_gate_that_could_not_judge_is_said_even_when_nothing_failed():
+    judged = {"mtp": {"result": "cannot-judge", "reason": "MTP acceptance unmeasured (gone)"},
+              "speed": {"result": "off", "reason": "no canary gate on this run"}}
+    lines = summary.verdict_lines(report(schema_version=2, judged=judged))
+    assert lines[0] == "rig-a: HEALTHY - release abc123"
+    assert "  cannot judge mtp: MTP acceptance unmeasured (gone)" in lines
+    assert not [line for line in lines if "speed:" in line and "off" in line]
 
 
 def test_mtp_long_prompts_and_downtime_share_one_line():
@@ -61,7 +103,8 @@ def test_mtp_long_prompts_and_downtime_share_one_line():
     failed = summary.verdict_lines(report(long_prompt={"ok": False, "concurrency": 4}))
     assert any("long prompts: 4 at once of ?+ tokens FAILED" in line for line in failed)
     # What smoke.py records when the engine ran out of memory: no usage on any request.
-    oom = summary.verdict_lines(report(healthy=False, failures=["long prompts (...) failed"],
+    oom = summary.verdict_lines(report(healthy=False,
+                                       failures=[fail("long-prompt", "long prompts (...) failed")],
                                        long_prompt={"ok": False, "concurrency": 4,
                                                     "target_tokens": 16384,
                                                     "prompt_tokens": [None] * 4}))
@@ -76,7 +119,8 @@ def test_an_unreadable_kernel_log_is_not_called_clean():
 def test_the_summary_script_prints_the_verdict_and_exits_by_it(tmp_path):
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text(json.dumps(report()))
-    bad.write_text(json.dumps(report(healthy=False, failures=["smoke c=4 failed: empty"])))
+    bad.write_text(json.dumps(report(schema_version=2, healthy=False,
+                                      failures=[fail("smoke", "smoke c=4 failed: empty")])))
     run = [sys.executable, str(ROOT / "scripts/rig-summary.py")]
     ok = subprocess.run(run + [str(good)], capture_output=True, text=True, check=False)
     assert ok.returncode == 0 and ok.stdout.startswith("rig-a: HEALTHY")
@@ -88,3 +132,8 @@ def test_the_summary_script_prints_the_verdict_and_exits_by_it(tmp_path):
     torn = subprocess.run(run + [str(tmp_path / "torn.json")], capture_output=True, text=True,
                           check=False)
     assert torn.returncode == 2 and "cannot read" in torn.stderr
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps(report(schema_version=3, healthy=True)))
+    unknown = subprocess.run(run + [str(newer), str(bad)], capture_output=True, text=True,
+                             check=False)
+    assert unknown.returncode == 2 and "unknown schema version 3" in unknown.stdout

@@ -1,12 +1,82 @@
 """The health check's verdict and its parts: the kernel-log window, the patcher's start line, the
-checks every release must pass and the canary's gates, and health_report, which builds the
-report (files/schemas/health-report.schema.json) from what the checks returned, in one call
-(pure; tested in tests/test_health_filters.py, tests/test_role_filters.py and
-tests/test_health_report.py)."""
+checks every release must pass and the canary's gates, and health_verdict, which turns what the
+checks returned into the report (files/schemas/health-report.schema.json), its failures and the
+run's outcome (files/schemas/outcome.schema.json), in one call (pure; tested in
+tests/test_health_filters.py, tests/test_role_filters.py and tests/test_health_report.py)."""
 
 import json
 import posixpath
 import re
+
+# The report's shape (files/schemas/health-report.schema.json); readers refuse other versions.
+# 1 (no "schema_version" key): failures were lines of text. 2: failures are {check, result,
+# line, advice} and every gate's result is in "judged".
+REPORT_SCHEMA_VERSION = 2
+
+# What to do first about a failed check, by its name (failures[].check).
+ADVICE = {
+    "switch": "a step of the switch failed (the release did not come up, or a step after health): "
+              "the run's error names the step; then `docker logs vllm-dual-fast` on the rig",
+    "smoke": "the endpoint answered wrong or not at all: `docker logs vllm-dual-fast` on the rig",
+    "kernel-xid": "a GPU fault: `journalctl -k | grep Xid` on the rig; Xid 31 at 4+ requests is "
+                  "vllm#40756 (is the patch on?), 79 a card off the bus (power, riser)",
+    "container-restart": "the engine died and Docker restarted it: `docker logs --since 30m "
+                         "vllm-dual-fast` on the rig",
+    "flashinfer-patch": "the patch is not in place: `docker logs vllm-dual-fast | grep fi-pinq`",
+    "flashinfer-drift": "FlashInfer changed shape: `make upstream-watch` before this image",
+    "speed": "slower than the release before: compare image and flags, or roll back",
+    "mtp": "the draft head accepts less than before: compare the checkpoint and vLLM's flags",
+    "race-check": "the GPU race check failed: keep the patch on, read the check's line above",
+    "soak": "the engine failed under a sustained load: `docker logs vllm-dual-fast`",
+    "long-prompt": "long prompts failed: apply the remedies the line names, cheapest first",
+}
+# A gate that could not see: what to do is to make it see, not to tune the release.
+CANNOT_JUDGE_ADVICE = {
+    "speed": "the speed run gave no figures: read smoke.py's output in the report",
+    "mtp": "vLLM's spec-decode counters are gone or renamed: check /metrics of this vLLM, and "
+           "keep the last image whose counters the gate reads until smoke.py reads the new ones",
+    "long-prompt": "the prompts' size is unknown (no /tokenize, no usage): check the engine's "
+                   "API before trusting this release with long prompts",
+}
+CHECKS = tuple(ADVICE)
+GATE_RESULTS = ("pass", "fail", "cannot-judge", "off")
+OUTCOME_STATES = ("updated", "unchanged", "rolled-back", "failed")
+REASON_CHARS = 300
+
+
+def failure(check, line, result="fail"):
+    """One failed check as the report records it: {check, result, line, advice}. result "fail"
+    (the check saw something wrong) or "cannot-judge" (it could not see)."""
+    if check not in ADVICE:
+        raise ValueError(f"unknown check {check!r} (one of {', '.join(CHECKS)})")
+    if result not in ("fail", "cannot-judge"):
+        raise ValueError(f"unknown failure result {result!r} (fail or cannot-judge)")
+    advice = CANNOT_JUDGE_ADVICE.get(check, ADVICE[check]) if result == "cannot-judge" \
+        else ADVICE[check]
+    return {"check": check, "result": result, "line": str(line), "advice": advice}
+
+
+def one_line(text, limit=REASON_CHARS):
+    """Text on one line, at most `limit` characters (a reason in a state file or a table)."""
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def run_outcome(state, release="", failed_release="", previous_release="", reason="",
+                previous_speed=None):
+    """What one run did to a rig (files/schemas/outcome.schema.json), the one builder of
+    `vllm_dual_fast_outcome`: the rollout's record and the pull script read it. Releases are
+    named by their folder's name; reason is one line."""
+    if state not in OUTCOME_STATES:
+        raise ValueError(f"unknown outcome state {state!r} (one of {', '.join(OUTCOME_STATES)})")
+    return {
+        "state": state,
+        "reason": one_line(reason),
+        "release": posixpath.basename(str(release or "").rstrip("/")),
+        "failed_release": posixpath.basename(str(failed_release or "").rstrip("/")),
+        "previous_release": posixpath.basename(str(previous_release or "").rstrip("/")),
+        "previous_speed": previous_speed if isinstance(previous_speed, dict) else {},
+    }
 
 # `journalctl -o short-unix`: `1796131722.468892 rig3090 kernel: message`.
 _JOURNAL_STAMP = re.compile(r"^(\d+(?:\.\d+)?) ")
@@ -112,21 +182,36 @@ def speed_regressions(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_t
     return found
 
 
-def mtp_regressions(now, before, floor, max_drop_pct, expected=False):
-    """The canary's MTP acceptance gate, one line each (empty: passed). now/before: smoke.py's
-    speed "spec_decode" ({"acceptance_rate", "mean_acceptance_length", ...} or {"unavailable"});
+def speed_gate(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_tps=1.0):
+    """The canary's speed gate: (result, lines). "pass" with nothing to compare against (the
+    first release here); "cannot-judge" when the release before has figures and this speed run
+    gave none (a gate that cannot see must not pass); else "fail" with speed_regressions' lines,
+    or "pass"."""
+    if _figure(before, "c1", "tokens_per_s") is None:
+        return "pass", []
+    if _figure(now, "c1", "tokens_per_s") is None:
+        return "cannot-judge", ["speed unmeasured: the speed run gave no decode tokens/s at c=1, "
+                                "so the release cannot be compared with the one before"]
+    found = speed_regressions(now, before, max_drop_pct, ttft_floor_s, rate_floor_tps)
+    return ("fail" if found else "pass"), found
+
+
+def mtp_gate(now, before, floor, max_drop_pct, expected=False):
+    """The canary's MTP acceptance gate: (result, lines). now/before: smoke.py's speed
+    "spec_decode" ({"acceptance_rate", "mean_acceptance_length", ...} or {"unavailable"});
     acceptance below `floor` fails, and so does a drop of more than max_drop_pct against the
-    release before. expected: the release runs MTP (--speculative-config). Then no counters is a
-    gate that cannot see, and fails: vLLM renames and removes metrics across releases, and a
-    canary must not pass with MTP unmeasured. With MTP off there is nothing to judge."""
+    release before. expected: the release runs MTP (--speculative-config). Then no counters is
+    "cannot-judge": vLLM renames and removes metrics across releases, and a canary must not pass
+    with MTP unmeasured. With MTP off there is nothing to judge ("off")."""
     rate = (now or {}).get("acceptance_rate")
     if not isinstance(rate, (int, float)) or isinstance(rate, bool):
         if not expected:
-            return []
+            return "off", []
         why = (now or {}).get("unavailable") or "no spec-decode counters in the speed run"
-        return [f"MTP acceptance unmeasured ({why}): the release runs MTP but vLLM's spec-decode "
-                "counters were not found on /metrics (renamed or removed in this vLLM?); the "
-                "MTP gate cannot pass blind"]
+        return "cannot-judge", [
+            f"MTP acceptance unmeasured ({why}): the release runs MTP but vLLM's spec-decode "
+            "counters were not found on /metrics (renamed or removed in this vLLM?); the MTP "
+            "gate cannot pass blind"]
     found = []
     length = (now or {}).get("mean_acceptance_length")
     said = f"{rate:.2f}" + (f" (mean acceptance length {length:.2f})"
@@ -140,7 +225,12 @@ def mtp_regressions(now, before, floor, max_drop_pct, expected=False):
         if drop > float(max_drop_pct):
             found.append(f"MTP acceptance fell {drop:.0f} % ({old:.2f} -> {rate:.2f}), more "
                          f"than the {float(max_drop_pct):g} % allowed")
-    return found
+    return ("fail" if found else "pass"), found
+
+
+def mtp_regressions(now, before, floor, max_drop_pct, expected=False):
+    """mtp_gate's lines alone (empty: passed or nothing to judge)."""
+    return mtp_gate(now, before, floor, max_drop_pct, expected)[1]
 
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError")
@@ -188,6 +278,36 @@ def long_prompt_failures(run, log_lines, settings):
             + (". Remedies, cheapest first: " + "; ".join(remedies) if oom and remedies else "")]
 
 
+# A long prompt shorter than this share of the size asked for did not test what was asked.
+LONG_PROMPT_MIN_SHARE = 0.9
+
+
+def long_prompt_gate(run, log_lines, settings):
+    """The long-prompt gate: (result, lines). "off" when it did not run; "fail" with
+    long_prompt_failures' line; "cannot-judge" when the prompts' real size is unknown (the
+    engine reported no usage and no /tokenize count sized them) or fell short of
+    LONG_PROMPT_MIN_SHARE of the tokens asked for (memory at that size was never tried)."""
+    if run is None:
+        return "off", []
+    found = long_prompt_failures(run, log_lines, settings)
+    if found:
+        return "fail", found
+    lp = run.get("long_prompt") or {}
+    target = lp.get("target_tokens") or lp.get("requested_tokens") or 0
+    counted = [n for n in lp.get("prompt_tokens") or [] if isinstance(n, int)
+               and not isinstance(n, bool)]
+    if not counted and lp.get("sized_by") != "tokenize":
+        return "cannot-judge", [
+            f"long prompts unmeasured: the engine reported no usage and no /tokenize count "
+            f"sized them ({lp.get('sized_by') or 'unsized'}), so {target} tokens may not have "
+            "been reached"]
+    if counted and isinstance(target, int) and min(counted) < LONG_PROMPT_MIN_SHARE * target:
+        return "cannot-judge", [
+            f"long prompts too short to judge: {min(counted)} of the {target} tokens asked for "
+            f"({lp.get('sized_by') or 'unsized'})"]
+    return "pass", []
+
+
 def race_check_verdict(rc, mode, summary=""):
     """The canary's GPU race check: ("fail" | "warn" | "pass" | "off", one line)."""
     if mode == "off":
@@ -230,25 +350,30 @@ def _soak_failures(soak_run, stderr):
 
 
 def canary_gates(inputs):
-    """The canary's gates, judged in one place: {"gates": what the report records, "failures":
-    one line each (empty: passed)}. inputs: speed_now (smoke.py's "speed"), previous_report (the
-    rig's report before the switch), previous_release (the release that served before),
-    max_drop_pct, mtp_expected (the release runs MTP), race_rc, race_mode, race_summary, soak_s,
-    soak_run (the soak's smoke.py JSON, None when it did not run), soak_stderr."""
+    """The canary's gates, judged in one place: {"gates": what the report records, "judged":
+    {gate: {result, reason}}, "failed": failure() objects, "failures": their lines (empty:
+    passed)}. A gate that cannot judge fails. inputs: speed_now (smoke.py's "speed"),
+    previous_report (the rig's report before the switch), previous_release (the release that
+    served before), max_drop_pct, mtp_expected (the release runs MTP), race_rc, race_mode,
+    race_summary, soak_s, soak_run (the soak's smoke.py JSON, None when it did not run),
+    soak_stderr."""
     before, no_baseline = speed_baseline(inputs.get("previous_report"),
                                          inputs.get("previous_release"))
-    regressions = speed_regressions(inputs.get("speed_now"), before,
-                                    inputs.get("max_drop_pct", 10),
-                                    float(inputs.get("ttft_floor_ms", 50)) / 1000,
-                                    inputs.get("rate_floor_tps", 1.0))
-    mtp = mtp_regressions((inputs.get("speed_now") or {}).get("spec_decode"),
-                          before.get("spec_decode"), inputs.get("mtp_floor", 0),
-                          inputs.get("mtp_drop_pct", 100), bool(inputs.get("mtp_expected")))
+    speed_result, regressions = speed_gate(inputs.get("speed_now"), before,
+                                           inputs.get("max_drop_pct", 10),
+                                           float(inputs.get("ttft_floor_ms", 50)) / 1000,
+                                           inputs.get("rate_floor_tps", 1.0))
+    mtp_result, mtp = mtp_gate((inputs.get("speed_now") or {}).get("spec_decode"),
+                               before.get("spec_decode"), inputs.get("mtp_floor", 0),
+                               inputs.get("mtp_drop_pct", 100), bool(inputs.get("mtp_expected")))
     verdict, line = race_check_verdict(inputs.get("race_rc"), inputs.get("race_mode", "auto"),
                                        inputs.get("race_summary", ""))
     soak_run = inputs.get("soak_run")
-    failures = (regressions + mtp + ([line] if verdict == "fail" else [])
-                + _soak_failures(soak_run, inputs.get("soak_stderr")))
+    soak = _soak_failures(soak_run, inputs.get("soak_stderr"))
+    failed = ([failure("speed", f, _failed(speed_result)) for f in regressions]
+              + [failure("mtp", f, _failed(mtp_result)) for f in mtp]
+              + ([failure("race-check", line)] if verdict == "fail" else [])
+              + [failure("soak", f) for f in soak])
     gates = {
         "race_check": [verdict, line],
         "soak_s": inputs.get("soak_s"),
@@ -259,7 +384,24 @@ def canary_gates(inputs):
         "mtp_before": before.get("spec_decode") or {},
         "mtp_regressions": mtp,
     }
-    return {"gates": gates, "failures": failures}
+    judged = {
+        "speed": _judged(speed_result, regressions, no_baseline),
+        "mtp": _judged(mtp_result, mtp),
+        "race_check": _judged(verdict, [line]),
+        "soak": _judged("off" if soak_run is None else ("fail" if soak else "pass"), soak),
+    }
+    return {"gates": gates, "judged": judged, "failed": failed,
+            "failures": [f["line"] for f in failed]}
+
+
+def _failed(result):
+    """A gate's failure result: "cannot-judge" stays so; anything else that failed is "fail"."""
+    return "cannot-judge" if result == "cannot-judge" else "fail"
+
+
+def _judged(result, lines, reason=""):
+    """One gate's entry in the report's "judged": {result, reason} (the first line, else why)."""
+    return {"result": result, "reason": one_line((list(lines or []) + [reason])[0] or "")}
 
 
 def json_object(text):
@@ -274,50 +416,60 @@ def json_object(text):
 PATCH_OK = ("patched", "already-patched", "upstream-fixed")
 
 
-def health_failures(checks):
-    """What is wrong with a serving release, one readable line per failed check (empty: healthy).
-    checks: smoke (smoke.py's JSON object), smoke_stderr, concurrency, kernel_log (lines),
-    restarts_before / restarts_after (docker's RestartCount text), patch (patcher --check JSON)."""
-    failures = []
+def health_check_failures(checks):
+    """What is wrong with a serving release: failure() objects, one per failed check (empty:
+    healthy). checks: smoke (smoke.py's JSON object), smoke_stderr, concurrency, kernel_log
+    (lines), restarts_before / restarts_after (docker's RestartCount text), patch (patcher
+    --check JSON), patch_stderr, patch_enabled, race_exposed, max_num_seqs."""
+    failed = []
     smoke = checks.get("smoke") or {}
     if not smoke.get("ok"):
         why = smoke.get("failures") or [checks.get("smoke_stderr") or "no output"]
-        failures.append(f"smoke c={checks['concurrency']} failed: " + "; ".join(why))
+        failed.append(failure("smoke", f"smoke c={checks['concurrency']} failed: "
+                              + "; ".join(why)))
     xid = [line for line in checks.get("kernel_log", []) if "NVRM: Xid" in line]
     if xid:
-        failures.append("new kernel Xid lines: " + " | ".join(xid))
+        failed.append(failure("kernel-xid", "new kernel Xid lines: " + " | ".join(xid)))
     before = str(checks.get("restarts_before") or "").strip()
     after = str(checks.get("restarts_after") or "").strip()
     if not after or before != after:
         went = f"from {before or 'none'} to {after or 'none'}"
-        failures.append(f"container restart count went {went}")
-    failures += _patch_failures(checks)
-    return failures
+        failed.append(failure("container-restart", f"container restart count went {went}"))
+    failed += [failure(check, line) for check, line in _patch_failures(checks)]
+    return failed
+
+
+def health_failures(checks):
+    """health_check_failures' lines alone (empty: healthy)."""
+    return [f["line"] for f in health_check_failures(checks)]
 
 
 def _patch_failures(checks):
-    """The FlashInfer patch checks. With the patch on, the container must be patched (or fixed
-    upstream); with it off, the image's FlashInfer may still be pinned only while the race is not
-    exposed (no MTP, or fewer than 4 sequences)."""
+    """The FlashInfer patch checks, (check, line) each. With the patch on, the container must be
+    patched (or fixed upstream); with it off, the image's FlashInfer may still be pinned only
+    while the race is not exposed (no MTP, or fewer than 4 sequences)."""
     status = (checks.get("patch") or {}).get("status")
     stderr = checks.get("patch_stderr") or ""
     if not status and re.search(r"is not running|is restarting|No such container", stderr):
-        return ["FlashInfer patch status unknown: the container was not running when it was asked"]
+        return [("flashinfer-patch", "FlashInfer patch status unknown: the container was not "
+                                     "running when it was asked")]
     if not status:
         said = stderr.strip()[-200:] or "the patcher printed nothing"
-        return [f"FlashInfer patch status unreadable: {said}"]
+        return [("flashinfer-patch", f"FlashInfer patch status unreadable: {said}")]
     if checks.get("patch_enabled", True):
         if status not in PATCH_OK:
-            return [f"FlashInfer patch status is {status} (expected patched or upstream-fixed)"]
+            return [("flashinfer-drift" if status == "drift" else "flashinfer-patch",
+                     f"FlashInfer patch status is {status} (expected patched or upstream-fixed)")]
         return []
     if status == "unpatched" and checks.get("race_exposed"):
-        return [
-            "the image's FlashInfer still pins the decode plan buffer while MTP runs with"
-            f" max_num_seqs {checks.get('max_num_seqs')}: the Xid 31 race of vllm#40756;"
-            " set vllm_dual_fast_patch_enabled: true (or use an image whose FlashInfer is fixed)"
-        ]
+        return [("flashinfer-patch",
+                 "the image's FlashInfer still pins the decode plan buffer while MTP runs with"
+                 f" max_num_seqs {checks.get('max_num_seqs')}: the Xid 31 race of vllm#40756;"
+                 " set vllm_dual_fast_patch_enabled: true (or use an image whose FlashInfer is"
+                 " fixed)")]
     if status == "drift":
-        return ["FlashInfer's decode.py is in a shape the patcher does not know (drift)"]
+        return [("flashinfer-drift", "FlashInfer's decode.py is in a shape the patcher does not "
+                                     "know (drift)")]
     return []
 
 
@@ -347,16 +499,27 @@ def _downtime_s(health, smoke_started_at, smoke):
     return round(float(smoke_started_at) + float(waited) - float(down_since), 1)
 
 
+def _ungated(speed_now, mtp_expected):
+    """"judged" for a release whose canary gates did not run: each gate "off", but MTP that
+    runs unmeasured is "cannot-judge" on every rig's verdict (shown, not failed: no gate ran)."""
+    mtp_result, mtp = mtp_gate((speed_now or {}).get("spec_decode"), {}, 0, 100, mtp_expected)
+    return {"speed": _judged("off", [], "no canary gate on this run"),
+            "mtp": _judged("cannot-judge", mtp) if mtp_result == "cannot-judge"
+            else _judged("off", [], "no canary gate on this run"),
+            "race_check": _judged("off", [], "no canary gate on this run"),
+            "soak": _judged("off", [], "no canary gate on this run")}
+
+
 def health_report(evidence):
     """The report of one health check, built in one place (files/schemas/health-report.schema.json):
-    whether the serving release is healthy, each failed check in one line, and what the checks
-    measured. evidence: host, checked_at, serving (the release's manifest with dir, gates and
-    patch_enabled), health (health.yml's input: baseline_report, baseline_release, long_prompt,
-    down_since), settings (smoke_concurrency and the gates' thresholds), smoke_started_at, and the
-    registered results of the checks: smoke, long_prompt, engine_log, soak, race_check,
-    restarts_before, restarts_after, patch_at_start, patch_check (in the container),
-    patch_check_image (a one-off container, the patch off), vllm_version; kernel: {lines,
-    readable, source, window}."""
+    whether the serving release is healthy, each failed check ({check, result, line, advice}),
+    each gate's result, and what the checks measured. evidence: host, checked_at, serving (the
+    release's manifest with dir, gates and patch_enabled), health (health.yml's input:
+    baseline_report, baseline_release, long_prompt, down_since), settings (smoke_concurrency and
+    the gates' thresholds), smoke_started_at, and the registered results of the checks: smoke,
+    long_prompt, engine_log, soak, race_check, restarts_before, restarts_after, patch_at_start,
+    patch_check (in the container), patch_check_image (a one-off container, the patch off),
+    vllm_version; kernel: {lines, readable, source, window}."""
     serving, health = evidence["serving"], evidence.get("health") or {}
     settings, kernel = evidence.get("settings") or {}, evidence.get("kernel") or {}
     smoke_run = _register(evidence, "smoke")
@@ -370,6 +533,7 @@ def health_report(evidence):
     long_run_result = _register(evidence, "long_prompt")
     long_run = json_object(long_run_result.get("stdout")) if _ran(long_run_result) else None
     gates_on = str(serving.get("gates")).lower() == "true"
+    mtp_expected = "--speculative-config" in (serving.get("serve_args") or [])
     soak = _register(evidence, "soak")
     race = _register(evidence, "race_check")
     canary = canary_gates({
@@ -381,15 +545,19 @@ def health_report(evidence):
         "rate_floor_tps": settings.get("gate_speed_floor_tps"),
         "mtp_floor": settings.get("gate_mtp_acceptance_min"),
         "mtp_drop_pct": settings.get("gate_mtp_acceptance_drop_pct"),
-        "mtp_expected": "--speculative-config" in (serving.get("serve_args") or []),
+        "mtp_expected": mtp_expected,
         "race_rc": race.get("rc"),
         "race_mode": settings.get("gate_race_check"),
         "race_summary": _race_summary(race),
         "soak_s": settings.get("gate_soak_s"),
         "soak_run": json_object(soak.get("stdout")) if _ran(soak) else None,
         "soak_stderr": soak.get("stderr") or "",
-    }) if gates_on else {"gates": {}, "failures": []}
-    failures = health_failures({
+    }) if gates_on else {"gates": {}, "failed": [],
+                         "judged": _ungated(smoke.get("speed"), mtp_expected)}
+    long_result, long_lines = long_prompt_gate(
+        long_run, _register(evidence, "engine_log").get("stdout_lines"),
+        health.get("long_prompt") or {})
+    failures = health_check_failures({
         "smoke": smoke, "smoke_stderr": smoke_run.get("stderr") or "",
         "concurrency": settings.get("smoke_concurrency"),
         "kernel_log": kernel.get("lines") or [],
@@ -399,11 +567,12 @@ def health_report(evidence):
         "patch_enabled": patch_enabled,
         "race_exposed": str(serving.get("race_exposed")).lower() == "true",
         "max_num_seqs": serving.get("max_num_seqs"),
-    }) + long_prompt_failures(long_run, _register(evidence, "engine_log").get("stdout_lines"),
-                              health.get("long_prompt") or {}) + canary["failures"]
+    }) + [failure("long-prompt", line, _failed(long_result)) for line in long_lines] \
+        + canary["failed"]
     version = _register(evidence, "vllm_version")
     window = kernel.get("window") or {}
     return {
+        "schema_version": REPORT_SCHEMA_VERSION,
         "host": evidence.get("host"),
         "release": posixpath.basename(serving.get("dir") or ""),
         "image": serving.get("image"),
@@ -413,6 +582,7 @@ def health_report(evidence):
         "checked_at": evidence.get("checked_at"),
         "healthy": not failures,
         "failures": failures,
+        "judged": {**canary["judged"], "long_prompt": _judged(long_result, long_lines)},
         "smoke": smoke,
         "health_wait_s": (smoke.get("health") or {}).get("waited_s"),
         "downtime_s": _downtime_s(health, evidence.get("smoke_started_at") or 0, smoke),
@@ -435,6 +605,40 @@ def health_report(evidence):
     }
 
 
+def health_verdict(evidence):
+    """health.yml's one call: {report, failures, outcome}. report: health_report(evidence);
+    failures: its failed checks; outcome: what this run did if it ends here (run_outcome):
+    "failed" with the failures' lines, else "updated" for a release new here (health's is_new)
+    or "unchanged". The rollback files build their own outcome (rolled-back, failed, unchanged)
+    with the same builder from these failures."""
+    report = health_report(evidence)
+    health = evidence.get("health") or {}
+    previous = health.get("previous_release") or ""
+    if report["failures"]:
+        state = "failed"
+    else:
+        state = "updated" if str(health.get("is_new")).lower() == "true" else "unchanged"
+    outcome = run_outcome(state, release=report["release"], previous_release=previous,
+                          reason="; ".join(f["line"] for f in report["failures"]),
+                          failed_release=report["release"] if report["failures"] else "",
+                          previous_speed=speed_baseline(health.get("baseline_report"),
+                                                        previous)[0])
+    return {"report": report, "failures": report["failures"], "outcome": outcome}
+
+
+def failed_release_report(report, host, release, because, checked_at):
+    """What report-failed.json keeps of a release that failed: its own health report when
+    health judged it (a step after a passed check failed: "switch" with why), else a report of
+    the failure alone, as it never came up to be checked: {schema_version, host, release,
+    checked_at, healthy: false, failures: [switch]}."""
+    release = posixpath.basename(str(release or "").rstrip("/"))
+    why = [failure("switch", one_line(because or "unknown failure", 1000))]
+    if isinstance(report, dict) and report.get("release") == release:
+        return {**report, "healthy": False, "failures": report.get("failures") or why}
+    return {"schema_version": REPORT_SCHEMA_VERSION, "host": host, "release": release,
+            "checked_at": checked_at, "healthy": False, "failures": why}
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -449,4 +653,7 @@ class FilterModule:
             "vllm_dual_fast_json_object": json_object,
             "vllm_dual_fast_health_failures": health_failures,
             "vllm_dual_fast_health_report": health_report,
+            "vllm_dual_fast_health_verdict": health_verdict,
+            "vllm_dual_fast_failed_release_report": failed_release_report,
+            "vllm_dual_fast_outcome": run_outcome,
         }

@@ -2,21 +2,10 @@
 tests/test_summary.py). The JSON report stays complete in its file; these lines name it.
 Also importable as a plain module (scripts/rig-summary.py prints a saved report's verdict)."""
 
-# What to do about a failed check, by the words its failure line starts with (health.yml's
-# failures, vllm_dual_fast_health_failures and the canary gates). First match wins.
-ADVICE = (
-    ("smoke", "the endpoint answered wrong or not at all: `docker logs vllm-dual-fast` on the rig"),
-    ("new kernel Xid", "a GPU fault: `journalctl -k | grep Xid` on the rig; Xid 31 at 4+ requests "
-                       "is vllm#40756 (is the patch on?), 79 a card off the bus (power, riser)"),
-    ("container restart", "the engine died and Docker restarted it: `docker logs --since 30m "
-                          "vllm-dual-fast` on the rig"),
-    ("FlashInfer patch", "the patch is not in place: `docker logs vllm-dual-fast | grep fi-pinq`"),
-    ("FlashInfer's decode.py", "FlashInfer changed shape: `make upstream-watch` before this image"),
-    ("decode tokens/s", "slower than the release before: compare image and flags, or roll back"),
-    ("time to first token", "slower to answer than the release before: compare image and flags"),
-    ("race check", "the GPU race check failed: keep the patch on, read the check's line above"),
-    ("canary soak", "the engine failed under a sustained load: `docker logs vllm-dual-fast`"),
-)
+# The report shapes this reads (files/schemas/health-report.schema.json): 1, written before the
+# key existed, had failures as lines of text; 2 has them as {check, result, line, advice}. Any
+# other version is shown as unknown, never read as one of these.
+KNOWN_REPORT_VERSIONS = (1, 2)
 WIDTH = 160
 
 
@@ -25,12 +14,27 @@ def _clip(text, width=WIDTH):
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def advice_for(failure):
-    """What to do about one failure line ('' when nothing specific is known)."""
-    for start, advice in ADVICE:
-        if str(failure).startswith(start):
-            return advice
-    return ""
+def report_version(report):
+    """The report's schema version: 1 when it has none (written before the key existed), else
+    what it says (an int, or the value as found when it is not one)."""
+    version = report.get("schema_version", 1)
+    return version if isinstance(version, int) and not isinstance(version, bool) else str(version)
+
+
+def failure_lines(failures):
+    """One line per failure: "FAILED line -> advice" ("CANNOT JUDGE ..." for a gate that could
+    not see), read by field from a version 2 failure; a version 1 failure, a line of text, is
+    shown as it is, with no advice (nothing is guessed from its words)."""
+    lines = []
+    for item in failures or []:
+        if isinstance(item, dict):
+            head = "CANNOT JUDGE" if item.get("result") == "cannot-judge" else "FAILED"
+            advice = item.get("advice") or ""
+            lines.append(f"  {head} [{item.get('check', '?')}] " + _clip(item.get("line", ""))
+                         + (f" -> {advice}" if advice else ""))
+        else:
+            lines.append("  FAILED " + _clip(item))
+    return lines
 
 
 def _rate(level):
@@ -57,6 +61,11 @@ def verdict_lines(report, report_path=""):
     vLLM and FlashInfer, the patch, speed against the last good release, Xid lines, each failed
     check with what to do, and where the full report is."""
     report = report if isinstance(report, dict) else {}
+    version = report_version(report)
+    if version not in KNOWN_REPORT_VERSIONS:
+        return [f"{report.get('host', '?')}: report of unknown schema version {version} - not "
+                "read (a newer role wrote it?)"] + ([f"  full report: {report_path}"]
+                                                    if report_path else [])
     healthy = str(report.get("healthy")).lower() == "true"
     failures = report.get("failures") or []
     patch = report.get("patch_report") if isinstance(report.get("patch_report"), dict) else {}
@@ -99,9 +108,14 @@ def verdict_lines(report, report_path=""):
         lines.append("  kernel: log not readable here, Xid lines not checked")
     else:
         lines.append("  kernel: no Xid line during the check")
-    for failure in failures:
-        advice = advice_for(failure)
-        lines.append("  FAILED " + _clip(failure) + (f" -> {advice}" if advice else ""))
+    judged = report.get("judged") if isinstance(report.get("judged"), dict) else {}
+    failed_checks = {f.get("check") for f in failures if isinstance(f, dict)}
+    for gate, said in sorted(judged.items()):
+        # A gate that could not see and failed nothing (no canary ran it) is still said.
+        if (isinstance(said, dict) and said.get("result") == "cannot-judge"
+                and gate.replace("_", "-") not in failed_checks):
+            lines.append(f"  cannot judge {gate.replace('_', ' ')}: " + _clip(said.get("reason")))
+    lines += failure_lines(failures)
     if report_path:
         lines.append(f"  full report: {report_path}")
     return lines

@@ -1,8 +1,10 @@
 """What preflight makes of nvidia-smi (tasks/gpu_facts.yml and preflight's stop), with the
 nvidia-smi double's faults: only a missing tool or exit 9 means no driver (the install path);
 a loaded driver that cannot reach a GPU (exit 15, fallen off the bus) stops the run before
-anything is installed or rebooted."""
+anything is installed or rebooted. A read-only check (the heartbeat's `verify` stage) that
+preflight stops still writes the rig's report: unhealthy, naming preflight (main.yml's rescue)."""
 
+import copy
 import json
 import os
 import shutil
@@ -15,9 +17,13 @@ from ansible_runner import ROLE, run_playbook
 SMI_DOUBLE = ROLE.parents[1] / "molecule/doubles/nvidia-smi-double"
 PREFLIGHT = yaml.safe_load((ROLE / "tasks/preflight.yml").read_text())
 STOP = next(t for t in PREFLIGHT if t["name"].startswith("Stop when the loaded driver cannot"))
+MAIN = yaml.safe_load((ROLE / "tasks/main.yml").read_text())
+PREFLIGHT_BLOCK = next(t for t in MAIN if t.get("block", [{}])[0].get("name") == "Preflight")
+REPORT_SCHEMA = json.loads((ROLE.parents[1] / "files/schemas/health-report.schema.json")
+                           .read_text())
 
 
-def read_gpus(tmp_path, fault=None, installed=True):
+def read_gpus(tmp_path, fault=None, installed=True, tasks=None, extra_vars=None):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     if installed:
@@ -25,7 +31,7 @@ def read_gpus(tmp_path, fault=None, installed=True):
             f"#!/bin/sh\nexec {sys.executable} {SMI_DOUBLE} \"$@\"\n")
         os.chmod(bin_dir / "nvidia-smi", 0o700)
     out = tmp_path / "facts.json"
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks or [
         {"name": "Read", "ansible.builtin.include_tasks": str(ROLE / "tasks/gpu_facts.yml")},
         {"name": "Keep", "ansible.builtin.copy": {"dest": str(out), "mode": "0644", "content":
             "{{ {'loaded': vllm_dual_fast_driver_loaded,"
@@ -41,8 +47,8 @@ def read_gpus(tmp_path, fault=None, installed=True):
            "VDF_VLLM_DUAL_FAST_DRIVER_MIN": "1"}
     if shutil.which("nvidia-smi", path="/usr/bin:/bin"):
         pytest.skip("this host has a real nvidia-smi on /usr/bin")
-    result, text = run_playbook(tmp_path, play, {"vllm_dual_fast_driver_min_version": "550"},
-                                env=env)
+    result, text = run_playbook(tmp_path, play, {"vllm_dual_fast_driver_min_version": "550",
+                                                 **(extra_vars or {})}, env=env)
     facts = json.loads(out.read_text()) if out.exists() else None
     return result, text, facts
 
@@ -66,3 +72,40 @@ def test_a_gpu_fallen_off_the_bus_stops_preflight_and_says_why(tmp_path):
     assert facts == {"loaded": False, "unreachable": True, "gpus": 0}
     assert "exit status 15" in text and "which fell off the bus" in text
     assert "Nothing was installed or changed" in text
+
+
+@pytest.mark.parametrize("stages, reported", [(["preflight", "verify"], True),
+                                              (["preflight", "deploy"], False)])
+def test_a_read_only_check_stopped_in_preflight_reports_the_rig_unhealthy(tmp_path, stages,
+                                                                          reported):
+    """main.yml's preflight block and rescue as written, preflight cut to the GPU read and its
+    stop: the heartbeat's report says the serving release is unhealthy because of preflight
+    (it used to keep the old, healthy one); a deploy's stop writes no report."""
+    import jsonschema
+
+    release = tmp_path / "opt/releases/0123456789abcdef"
+    release.mkdir(parents=True)
+    (tmp_path / "opt/current").symlink_to(release)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state/report.json").write_text('{"healthy": true, "release": "old"}')
+    guarded = copy.deepcopy(PREFLIGHT_BLOCK)
+    guarded["block"] = [{"name": "Read", "ansible.builtin.include_tasks":
+                         str(ROLE / "tasks/gpu_facts.yml")}, STOP]
+    for task in guarded["rescue"]:
+        if "ansible.builtin.include_tasks" in task:
+            task["ansible.builtin.include_tasks"] = str(ROLE / "tasks/preflight_report.yml")
+    result, text, _ = read_gpus(tmp_path, "gpu-lost", tasks=[guarded], extra_vars={
+        "vllm_dual_fast_stages": stages, "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
+        "_vllm_dual_fast_current_link": str(tmp_path / "opt/current"),
+        "vllm_dual_fast_report_dir": str(tmp_path / "reports")})
+    assert result.returncode != 0 and "which fell off the bus" in text, text
+    report = json.loads((tmp_path / "state/report.json").read_text())
+    if not reported:
+        assert report == {"healthy": True, "release": "old"}
+        assert not (tmp_path / "reports").exists()
+        return
+    jsonschema.validate(report, REPORT_SCHEMA)
+    assert (report["healthy"], report["release"]) == (False, "0123456789abcdef")
+    [failure] = report["failures"]
+    assert failure["check"] == "preflight" and "cannot reach a GPU" in failure["line"]
+    assert json.loads((tmp_path / "reports/localhost.json").read_text()) == report

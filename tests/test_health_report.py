@@ -299,14 +299,20 @@ def test_every_outcome_the_builder_makes_is_one_line_and_valid():
 
 
 def test_a_release_that_never_came_up_is_reported_by_the_same_schema():
-    report = health.failed_release_report({}, "rig-a", "/x/releases/abcd", "compose up failed",
-                                          "2026-12-03T00:00:00+00:00")
+    report = health.stopped_report({}, "rig-a", "/x/releases/abcd", "compose up failed",
+                                   "2026-12-03T00:00:00+00:00")
     jsonschema.validate(report, SCHEMA)
     assert [(f["check"], f["line"]) for f in report["failures"]] == [
         ("switch", "compose up failed")]
     judged = report_of(evidence())
-    kept = health.failed_release_report(judged, "rig-a", "/x/releases/0123456789abcdef",
-                                        "a later step failed", "t")
+    kept = health.stopped_report(judged, "rig-a", "/x/releases/0123456789abcdef",
+                                 "a later step failed", "t")
     jsonschema.validate(kept, SCHEMA)
     assert not kept["healthy"] and kept["failures"][0]["check"] == "switch"
     assert kept["smoke"] == judged["smoke"]
+    lost = health.stopped_report(judged, "rig-a", "/x/releases/0123456789abcdef",
+                                 "GPU lost: Xid 79", "t", check="preflight")
+    jsonschema.validate(lost, SCHEMA)
+    assert [(f["check"], f["line"]) for f in lost["failures"]] == [
+        ("preflight", "GPU lost: Xid 79")]
+    assert "smoke" not in lost           # nothing of the old check is passed off as this one's

@@ -17,6 +17,8 @@ REPORT_SCHEMA_VERSION = 2
 ADVICE = {
     "switch": "a step of the switch failed (the release did not come up, or a step after health): "
               "the run's error names the step; then `docker logs vllm-dual-fast` on the rig",
+    "preflight": "the rig stopped before its health check (a GPU lost, the driver gone): the "
+                 "line says what; `nvidia-smi` and `journalctl -k | grep Xid` on the rig",
     "smoke": "the endpoint answered wrong or not at all: `docker logs vllm-dual-fast` on the rig",
     "kernel-xid": "a GPU fault: `journalctl -k | grep Xid` on the rig; Xid 31 at 4+ requests is "
                   "vllm#40756 (is the patch on?), 79 a card off the bus (power, riser)",
@@ -626,14 +628,17 @@ def health_verdict(evidence):
     return {"report": report, "failures": report["failures"], "outcome": outcome}
 
 
-def failed_release_report(report, host, release, because, checked_at):
-    """What report-failed.json keeps of a release that failed: its own health report when
-    health judged it (a step after a passed check failed: "switch" with why), else a report of
-    the failure alone, as it never came up to be checked: {schema_version, host, release,
-    checked_at, healthy: false, failures: [switch]}."""
+def stopped_report(report, host, release, because, checked_at, check="switch"):
+    """The report of a release that a run could not judge or that failed after its check:
+    report-failed.json of a switch (check "switch": the release did not come up, or a step
+    after health failed), or report.json of a read-only check that stopped in preflight (check
+    "preflight": a GPU lost). The release's own health report is kept when it is this
+    release's, marked unhealthy with `because` unless it names failures already; else a report
+    of the failure alone: {schema_version, host, release, checked_at, healthy: false,
+    failures}."""
     release = posixpath.basename(str(release or "").rstrip("/"))
-    why = [failure("switch", one_line(because or "unknown failure", 1000))]
-    if isinstance(report, dict) and report.get("release") == release:
+    why = [failure(check, one_line(because or "unknown failure", 1000))]
+    if isinstance(report, dict) and report.get("release") == release and check == "switch":
         return {**report, "healthy": False, "failures": report.get("failures") or why}
     return {"schema_version": REPORT_SCHEMA_VERSION, "host": host, "release": release,
             "checked_at": checked_at, "healthy": False, "failures": why}
@@ -654,6 +659,6 @@ class FilterModule:
             "vllm_dual_fast_health_failures": health_failures,
             "vllm_dual_fast_health_report": health_report,
             "vllm_dual_fast_health_verdict": health_verdict,
-            "vllm_dual_fast_failed_release_report": failed_release_report,
+            "vllm_dual_fast_stopped_report": stopped_report,
             "vllm_dual_fast_outcome": run_outcome,
         }

@@ -1271,6 +1271,20 @@ def test_health_answers_503_once_the_engine_ran_out_of_memory(double, tmp_path):
     assert 200 not in statuses[statuses.index(503):], statuses
 
 
+@pytest.mark.parametrize("knob", ["renamed", "dropped"])
+def test_spec_decode_counters_can_be_renamed_or_dropped(double, tmp_path, knob):
+    env = double_env(tmp_path)
+    write_rig_knobs(env, spec_decode_metrics=knob)
+    server = double(["--served-model-name", "qwen", "--speculative-config",
+                     '{"method": "mtp", "num_speculative_tokens": 4}'], env=env)
+    payload = {"model": "qwen", "max_tokens": 30, "ignore_eos": True,
+               "messages": [{"role": "user", "content": "Say hi."}]}
+    assert http("POST", server.base_url + "/v1/chat/completions", payload)[0] == 200
+    text = get_text(server.base_url + "/metrics")[1]
+    assert "vllm:spec_decode_" not in text and "vllm:generation_tokens_total" in text
+    assert ("vllm:speculative_decoding_num_drafts_total" in text) is (knob == "renamed")
+
+
 def test_memory_knobs_validation(monkeypatch):
     import_double(monkeypatch)
     from vllm._double.server import rig_knobs

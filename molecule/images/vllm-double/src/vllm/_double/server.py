@@ -377,12 +377,20 @@ def common_words(text: str, seen: str) -> int:
     return shared if at_boundary else shared - 1
 
 
+# How the spec-decode counters appear on /metrics (knob "spec_decode_metrics"): as vLLM 0.27.1
+# exports them; renamed (as vLLM does to a metric over a deprecation cycle: it is deprecated in
+# one minor release, hidden in the next, removed in the one after), here to a "speculative"
+# prefix the role's reader does not know; or dropped altogether.
+SPEC_METRICS = ("exported", "renamed", "dropped")
+RENAMED_SPEC_PREFIX = "vllm:speculative_decoding_"
+
+
 def rig_knobs(raw, version=__version__) -> tuple:
     """(knobs, warnings): the serving knobs of a rig's vllm-double.json (dict as loaded), checked.
     tokens_per_s: number > 0; ttft_s, ttft_jitter_s, rate_jitter_pct, prefill_s_per_ktoken:
     numbers >= 0; mtp_acceptance: number in [0, 1]; seed: integer; fail_health, garbage: bool;
-    memory: object (memory_knobs). Other keys (the download
-    knobs hf_cli reads) are left alone; a bad value is dropped and named. Keys under
+    spec_decode_metrics: one of SPEC_METRICS; memory: object (memory_knobs). Other keys (the
+    download knobs hf_cli reads) are left alone; a bad value is dropped and named. Keys under
     "by_version": {"<vLLM version>": {...}} apply only to a double of that version and win over
     the top-level ones, so a rig can make one release slow or unhealthy and not the other (a
     rollback then brings back a release that behaves as before). None (no file, or `null`): no
@@ -420,6 +428,13 @@ def rig_knobs(raw, version=__version__) -> tuple:
             knobs["seed"] = raw["seed"]
         else:
             warnings.append(f"{RIG_KNOBS}: seed must be an integer, not {raw['seed']!r}; ignored")
+    if "spec_decode_metrics" in raw:
+        value = raw["spec_decode_metrics"]
+        if value in SPEC_METRICS:
+            knobs["spec_decode_metrics"] = value
+        else:
+            warnings.append(f"{RIG_KNOBS}: spec_decode_metrics must be one of "
+                            f"{', '.join(SPEC_METRICS)}, not {value!r}; ignored")
     for key in ("fail_health", "garbage"):
         if key not in raw:
             continue
@@ -553,6 +568,7 @@ class Engine:
         self.prefill_s_per_ktoken = knobs.get("prefill_s_per_ktoken", 0.002)
         self.spec_tokens = num_speculative_tokens
         self.acceptance = knobs.get("mtp_acceptance", 0.7)
+        self.spec_metrics = knobs.get("spec_decode_metrics", "exported")
         self.prefix_caching = prefix_caching
         self.seen = deque(maxlen=PREFIX_CACHE_PROMPTS)
         self.memory = memory or memory_model(None, knobs.get("memory"))
@@ -836,9 +852,9 @@ class Engine:
             ("vllm:generation_tokens", "Number of generation tokens processed.",
              [(labels, generated)]),
         ]
-        if self.spec_tokens >= 1:
+        if self.spec_tokens >= 1 and self.spec_metrics != "dropped":
             counts = spec_counts(generated, self.spec_tokens, self.acceptance)
-            families += [
+            spec = [
                 ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
                  [(labels, counts["drafts"])]),
                 ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
@@ -850,6 +866,10 @@ class Engine:
                  [(f'{labels},position="{pos}"', value)
                   for pos, value in enumerate(counts["accepted_per_pos"])]),
             ]
+            if self.spec_metrics == "renamed":
+                spec = [(name.replace("vllm:spec_decode_", RENAMED_SPEC_PREFIX), text, samples)
+                        for name, text, samples in spec]
+            families += spec
         lines = []
         for name, text, samples in families:
             lines += [f"# HELP {name}_total {text}", f"# TYPE {name}_total counter"]

@@ -152,3 +152,40 @@ def test_a_data_root_under_a_symbolic_link_keeps_the_release_unchanged(tmp_path)
     assert judged["is_new"] is False
     assert judged["current"] == judged["last_good"] == served
     assert release._link_target(relative) == f"{root}/releases/aaaaaaaaaaaaaaaa"
+
+
+# A release is what runs: its name covers the image's id or digest and the model's commit.
+IMAGE_ID = "sha256:" + "1" * 64
+DIGEST = "sha256:" + "2" * 64
+COMMIT = "3" * 40
+
+
+@pytest.mark.parametrize("read, image, revision, expected", [
+    # Pulled: the repo digest of this image's repository (not another tag's repository).
+    (f'{IMAGE_ID} ["other/repo@sha256:{"9" * 64}","vllm/vllm-openai@{DIGEST}"]\n{COMMIT}\n',
+     "vllm/vllm-openai:v0.27.1", "main",
+     {"image_id": IMAGE_ID, "image_digest": DIGEST, "model_commit": COMMIT}),
+    # Loaded from an archive or built here: no repo digest, the id names it.
+    (f"{IMAGE_ID} []\n", "vdf-vllm-double:latest", "main",
+     {"image_id": IMAGE_ID, "image_digest": "", "model_commit": ""}),
+    # A registry with a port; the revision given as a commit names itself (no ref file).
+    (f'{IMAGE_ID} ["reg:5000/x@{DIGEST}"]\n', "reg:5000/x:tag", COMMIT,
+     {"image_id": IMAGE_ID, "image_digest": DIGEST, "model_commit": COMMIT}),
+    # Nothing there yet (first run before the pull and download): nothing made up.
+    ("\n", "x:1", "main", {"image_id": "", "image_digest": "", "model_commit": ""}),
+    ("garbage\nnot-a-commit\n", "x:1", "main",
+     {"image_id": "", "image_digest": "", "model_commit": ""}),
+])
+def test_release_identity_reads_what_runs(read, image, revision, expected):
+    assert release.release_identity(read, image, revision) == expected
+
+
+def test_the_same_files_over_another_image_or_model_commit_are_another_release():
+    files = {"compose.yml": {"content": "image: x:1", "mode": "0644"}}
+    same = {"image_id": IMAGE_ID, "image_digest": "", "model_commit": COMMIT}
+    name = release.release_name(files, same)
+    assert len(name) == 16 and name == release.release_name(dict(files), dict(same))
+    rebuilt = {**same, "image_id": "sha256:" + "4" * 64}      # a re-pulled or rebuilt tag
+    moved = {**same, "model_commit": "5" * 40}                # a model branch that moved
+    assert len({name, release.release_name(files, rebuilt),
+                release.release_name(files, moved)}) == 3

@@ -578,6 +578,10 @@ def health_report(evidence):
         "host": evidence.get("host"),
         "release": posixpath.basename(serving.get("dir") or ""),
         "image": serving.get("image"),
+        # What runs, as the release's manifest names it ('' for a release from before).
+        "image_id": serving.get("image_id") or "",
+        "image_digest": serving.get("image_digest") or "",
+        "model_commit": serving.get("model_commit") or "",
         "vllm_version": str(version.get("stdout") or "").strip() if version.get("rc") == 0 else "",
         "model": serving.get("model"),
         "served_model_name": serving.get("served_model_name"),

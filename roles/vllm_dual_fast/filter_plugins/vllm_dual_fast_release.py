@@ -6,7 +6,10 @@ before health) and `last-good` (moved only by a passed health check). A run that
 different from `last-good` treats the release as new: it is judged again (gates included) and a
 failure goes back to `last-good`, so an interrupted switch is never taken as proven."""
 
+import hashlib
+import json
 import posixpath
+import re
 
 
 def _link_target(stat):
@@ -75,6 +78,49 @@ def release_baseline(verdict, legacy_report, last_good):
     return legacy_report or {}
 
 
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _image_repo(image):
+    """The repository of an image reference, without tag or digest (`vllm/vllm-openai:v1` ->
+    `vllm/vllm-openai`; a registry's port is kept: `host:5000/x:y` -> `host:5000/x`)."""
+    name = str(image or "").split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return name[:len(name) - len(last)] + last.split(":", 1)[0]
+
+
+def release_identity(read, image, revision):
+    """What a release runs, named by content: {image_id, image_digest, model_commit}. read: the
+    output of `docker image inspect --format '{{.Id}} {{json .RepoDigests}}' IMAGE` (first line;
+    empty when the image is not there yet) and of the model revision's ref file in the hub
+    cache (second line; the commit the branch or tag was resolved to at download). image_digest
+    is the repo digest of this image's repository after a pull ('' for a loaded or built
+    image: its id names it); model_commit is the revision itself when that is a commit hash,
+    else the resolved ref ('' before the weights are downloaded)."""
+    lines = str(read or "").splitlines() + ["", ""]
+    head = lines[0].strip().split(" ", 1)
+    image_id = head[0] if head[0].startswith("sha256:") else ""
+    try:
+        digests = json.loads(head[1]) if len(head) > 1 else []
+    except ValueError:
+        digests = []
+    repo = _image_repo(image)
+    digest = next((d.split("@", 1)[1] for d in digests or []
+                   if isinstance(d, str) and "@" in d and d.split("@", 1)[0] == repo), "")
+    ref = lines[1].strip()
+    revision = str(revision or "")
+    commit = revision if _COMMIT.match(revision) else (ref if _COMMIT.match(ref) else "")
+    return {"image_id": image_id, "image_digest": digest, "model_commit": commit}
+
+
+def release_name(files, identity):
+    """A release folder's name: the first 16 hex digits of the sha256 of what it holds (its
+    files) and what it runs (release_identity). The same files over a re-pulled tag or a moved
+    model branch are another release, judged again."""
+    text = json.dumps({"files": files, "runs": identity}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _true(value):
     return str(value).lower() == "true"
 
@@ -115,4 +161,6 @@ class FilterModule:
             "vllm_dual_fast_release_baseline": release_baseline,
             "vllm_dual_fast_release_manifest": release_manifest,
             "vllm_dual_fast_release_verdict": release_verdict,
+            "vllm_dual_fast_release_identity": release_identity,
+            "vllm_dual_fast_release_name": release_name,
         }

@@ -37,6 +37,13 @@ def failure_lines(failures):
     return lines
 
 
+def _short_id(report):
+    """' (sha256:0123456789ab)': what runs, the repo digest after a pull, else the image id;
+    '' for a report from before releases were named by them."""
+    named = report.get("image_digest") or report.get("image_id") or ""
+    return f" ({str(named)[:19]})" if named else ""
+
+
 def _rate(level):
     value = (level or {}).get("tokens_per_s") if isinstance(level, dict) else None
     return f"{float(value):.1f}" if isinstance(value, (int, float)) else None
@@ -74,9 +81,13 @@ def verdict_lines(report, report_path=""):
     head = (f"{report.get('host', '?')}: {'HEALTHY' if healthy else 'UNHEALTHY'}"
             f" - release {report.get('release') or '?'}" + ("" if healthy else failed))
     lines = [head,
-             f"  image {report.get('image') or '?'}, vLLM {report.get('vllm_version') or '?'}, "
+             f"  image {report.get('image') or '?'}{_short_id(report)}, "
+             f"vLLM {report.get('vllm_version') or '?'}, "
              f"FlashInfer {patch.get('flashinfer_version') or '?'}, "
              f"patch {report.get('patch_status') or 'unknown'}"]
+    if report.get("model_commit"):
+        lines.append(f"  model {report.get('model') or '?'} at commit "
+                     f"{str(report['model_commit'])[:12]}")
     speed = speed_line((report.get("smoke") or {}).get("speed"),
                        report.get("previous_speed") or gates.get("speed_before"))
     if speed:

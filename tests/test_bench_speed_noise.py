@@ -9,7 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "bench" / "speed_noise" / "run.py"
-CASES = ("unchanged", "slower", "unchanged_no_floors", "old_gate_unchanged")
+CASES = ("unchanged", "slower", "unchanged_no_floors", "old_gate_unchanged",
+         "reference_unchanged")
 
 
 def load_bench():
@@ -38,11 +39,25 @@ def test_judge_counts_what_the_role_gate_flags():
     assert "time to first token" in old[0]["regressions"][0]
 
 
+def test_the_whole_gate_catches_drift_only_with_the_reference():
+    """Three releases each 9 % slower than the last: each passes against the one before (10 %);
+    the reference (15 %) catches the second, 17 % below it."""
+    bench = load_bench()
+    runs = [speed(200.0 * 0.91 ** i, 0.070) for i in range(4)]
+    with_ref = bench.judge_whole(runs, 15.0)
+    assert [v["result"] for v in with_ref] == ["pass", "fail", "fail"]
+    assert bench.first_caught(with_ref) == 2
+    assert bench.first_caught(bench.judge_whole(runs, 15.0, with_reference=False)) is None
+    steady = [speed(200.0 + d, 0.070) for d in (0, -5, 4, -6)]
+    assert bench.flagged(bench.judge_whole(steady, 15.0)) == 0
+
+
 def test_tiny_bench_catches_a_release_half_as_fast(tmp_path):
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
     result = subprocess.run(
         [sys.executable, str(RUN), "--seed", "3", "--comparisons", "2", "--max-tokens", "16",
          "--slower", "0.5", "--slower-ttft", "1.5", "--time-limit-s", "60",
+         "--drift-series", "1", "--drift-steps", "2", "--drift-factor", "0.6",
          "--json-out", str(out_json), "--md-out", str(out_md)],
         capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -53,6 +68,7 @@ def test_tiny_bench_catches_a_release_half_as_fast(tmp_path):
     assert report["gate"]["role"] == {"max_drop_pct": 10.0, "ttft_floor_s": 0.05,
                                       "rate_floor_tps": 1.0}
     assert set(report["cases"]) == set(CASES)
+    assert report["drift"]["series"] == 1 and report["drift"]["caught_at"] == [1]   # 40 % a step
     for name in CASES:
         case = report["cases"][name]
         assert case["comparisons"] == 2

@@ -180,7 +180,8 @@ def test_canary_gates_combine_speed_race_and_soak():
         "race_check": ["fail", "race check could not run: no GPU"], "soak_s": 5,
         "soak": {"requests": 9, "failed": 0}, "speed_before": BEFORE,
         "speed_baseline": "the previous release rel-a",
-        "speed_regressions": judged["failures"][:1], "mtp_before": {}, "mtp_regressions": []}
+        "speed_regressions": judged["failures"][:1], "speed_not_comparable": [],
+        "speed_reference": {}, "mtp_before": {}, "mtp_regressions": []}
     assert health.canary_gates(gate_inputs(race_mode="auto", speed_now=BEFORE))["failures"] == []
 
 

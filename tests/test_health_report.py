@@ -25,7 +25,8 @@ SLOWER = {"c1": {"tokens_per_s": 20.0, "ttft_s": 0.2}, "concurrency": 4,
           "spec_decode": {"acceptance_rate": 0.1}}
 SETTINGS = {"smoke_concurrency": 4, "gate_speed_drop_pct": 10, "gate_ttft_floor_ms": 50,
             "gate_speed_floor_tps": 1.0, "gate_mtp_acceptance_min": 0.2,
-            "gate_mtp_acceptance_drop_pct": 30, "gate_race_check": "auto", "gate_soak_s": 5}
+            "gate_mtp_acceptance_drop_pct": 30, "gate_race_check": "auto", "gate_soak_s": 5,
+            "gate_speed_reference_drop_pct": 15}
 SKIPPED = {"changed": False, "skipped": True}
 
 
@@ -183,8 +184,9 @@ def canary(speed, **changed):
     serving = {**evidence()["serving"], "gates": True, "serve_args": MTP_ARGS}
     smoke = {"rc": 0, "stderr": "", "stdout": json.dumps(
         {"ok": True, "failures": [], "speed": speed, "health": {"waited_s": 1}})}
-    given = {"race_check": {"rc": 0, "stdout": "0 bad trials of 200", "stderr": ""}, **changed}
-    return evidence(gates=True, serving=serving, health=BASELINE, smoke=smoke, **given)
+    given = {"race_check": {"rc": 0, "stdout": "0 bad trials of 200", "stderr": ""},
+             "health": BASELINE, **changed}
+    return evidence(gates=True, serving=serving, smoke=smoke, **given)
 
 
 @pytest.mark.parametrize("speed, result", [
@@ -316,3 +318,82 @@ def test_a_release_that_never_came_up_is_reported_by_the_same_schema():
     assert [(f["check"], f["line"]) for f in lost["failures"]] == [
         ("preflight", "GPU lost: Xid 79")]
     assert "smoke" not in lost           # nothing of the old check is passed off as this one's
+
+
+# Speed that cannot drift: a reference beside last-good, and no comparison across conditions.
+SMI_300 = "300.00, 61, 1695, 0x0000000000000000, 580.95.05\n" * 2
+SMI_350 = "350.00, 58, 1740, 0x0000000000000000, 580.95.05\n" * 2
+
+
+def rate(tps):
+    return {"c1": {"tokens_per_s": tps, "ttft_s": 0.2}, "concurrency": 4,
+            "spec_decode": SPEED["spec_decode"]}
+
+
+def drifting(now_tps, before_tps, smi_now=SMI_300, smi_before=SMI_300, reference=None):
+    """A canary measured at now_tps after a last good release measured at before_tps."""
+    health_in = {**BASELINE, "baseline_report": {
+        "release": "fedcba9876543210", "healthy": True, "smoke": {"speed": rate(before_tps)},
+        "speed_conditions": health.speed_conditions(smi_before)}}
+    if reference is not None:
+        health_in["speed_reference"] = reference
+    return verdict_of(canary(rate(now_tps), health=health_in,
+                             speed_conditions={"rc": 0, "stdout": smi_now, "stderr": ""}))
+
+
+def test_speed_conditions_are_read_per_gpu():
+    assert health.speed_conditions(SMI_300) == {
+        "power_limit_w": [300.0, 300.0], "temperature_c": [61.0, 61.0],
+        "sm_clock_mhz": [1695.0, 1695.0],
+        "clocks_event_reasons": ["0x0000000000000000"] * 2, "driver_version": "580.95.05"}
+    assert health.speed_conditions("") == {} == health.speed_conditions("GPU is lost\n")
+
+
+def test_a_speed_at_another_power_limit_is_not_comparable_and_not_judged():
+    verdict = drifting(30.0, 50.0, smi_now=SMI_350)               # 40 % slower, at 350 W
+    judged = verdict["report"]["judged"]["speed"]
+    assert judged["result"] == "not-comparable" and verdict["report"]["healthy"]
+    assert "power limit 300/300 W then, 350/350 W now" in judged["reason"]
+    assert verdict["report"]["speed_conditions"]["power_limit_w"] == [350.0, 350.0]
+
+
+def test_three_releases_each_9_percent_slower_are_caught_by_the_reference():
+    """Each passes against the release before it (9 % < 10 %); the reference catches the sum."""
+    reference = {"release": "0000000000000000", "speed": rate(50.0),
+                 "conditions": health.speed_conditions(SMI_300), "set_at": "2026-11-01T00:00"}
+    speeds = [50.0 * 0.91 ** i for i in range(4)]
+    results = [drifting(speeds[i], speeds[i - 1], reference=reference) for i in (1, 2, 3)]
+    assert [v["report"]["judged"]["speed"]["result"] for v in results] == ["pass", "fail", "fail"]
+    [line] = lines(results[1]["report"], "speed")
+    assert line.startswith("against the reference 0000000000000000 (since 2026-11-01): "
+                           "decode tokens/s at c=1 fell 17 %")
+    # Without the reference, the same three releases all pass: the drift the issue names.
+    assert [drifting(speeds[i], speeds[i - 1])["report"]["judged"]["speed"]["result"]
+            for i in (1, 2, 3)] == ["pass"] * 3
+
+
+def test_the_speed_reference_is_kept_renewed_at_new_conditions_or_pinned():
+    ref = {"release": "r0", "speed": rate(50.0), "set_at": "t0",
+           "conditions": health.speed_conditions(SMI_300)}
+    report = {"release": "r1", "smoke": {"speed": rate(45.0)},
+              "speed_conditions": health.speed_conditions(SMI_300)}
+    assert health.speed_reference(ref, report, "t1") is ref            # same conditions: kept
+    assert health.speed_reference({}, report, "t1") == {
+        "release": "r1", "speed": rate(45.0), "conditions": report["speed_conditions"],
+        "set_at": "t1"}                                                  # the first one proven
+    at_350 = {**report, "speed_conditions": health.speed_conditions(SMI_350)}
+    assert health.speed_reference(ref, at_350, "t2")["release"] == "r1"  # a new power limit
+    assert health.speed_reference(ref, at_350, "t2", pinned=True) is ref  # the owner's pin
+    assert health.speed_reference(ref, {"release": "r2", "smoke": {}}, "t3") is ref
+
+
+def test_a_drop_inside_the_spread_the_rounds_before_gave_is_not_a_regression():
+    before = {"c1": {"tokens_per_s": 50.0, "tokens_per_s_p10": 43.0, "ttft_s": 0.20,
+                     "ttft_s_p90": 0.40}}
+    inside = {"c1": {"tokens_per_s": 44.0, "ttft_s": 0.35}}        # 12 % slower, 75 % later
+    outside = {"c1": {"tokens_per_s": 42.0, "ttft_s": 0.45}}
+    assert health.speed_regressions(inside, before, 10) == []
+    assert [line.split(" at ")[0] for line in health.speed_regressions(outside, before, 10)] == [
+        "decode tokens/s", "time to first token"]
+    no_spread = {"c1": {"tokens_per_s": 50.0, "ttft_s": 0.20}}     # a report from before p10
+    assert len(health.speed_regressions(inside, no_spread, 10)) == 2

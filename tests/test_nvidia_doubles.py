@@ -95,6 +95,19 @@ def test_smi_env_overrides_config_file(smi_env):
     assert rows == [["0", "7.5"], ["1", "7.5"], ["2", "7.5"]]
 
 
+def test_smi_reports_what_a_speed_ran_at(smi_env):
+    """The health check's conditions query: power limit, temperature, SM clock, the clocks event
+    reasons (and their older name), as the real tool prints them."""
+    fields = "power.limit,temperature.gpu,clocks.sm,clocks_event_reasons.active,driver_version"
+    assert parse_csv(smi(smi_env, f"--query-gpu={fields}", "--format=csv,noheader").stdout)[0] == [
+        "350.00 W", "34", "1695 MHz", "0x0000000000000000", "580.95.05"]
+    Path(smi_env["NVIDIA_SMI_DOUBLE_CONFIG"]).write_text(json.dumps(
+        {"temperature_c": 83, "sm_clock_mhz": 1410, "clocks_event_reasons": "0x0000000000000020"}))
+    rows = parse_csv(smi(smi_env, "--query-gpu=temperature.gpu,clocks.sm,"
+                         "clocks_throttle_reasons.active", "--format=csv,noheader,nounits").stdout)
+    assert rows == [["83", "1410", "0x0000000000000020"]] * 2
+
+
 def test_smi_list_gpus(smi_env):
     lines = smi(smi_env, "-L").stdout.splitlines()
     assert len(lines) == 2

@@ -21,6 +21,14 @@ role's filter plugin with the role's arguments.
   old gate:  comparisons + 1 runs as smoke measured before issue 16 (--old-rounds rounds, one
              prompt reused so later rounds hit the prefix cache), judged without floors -> its
              false regressions under the same noise (the motivation).
+  reference: the unchanged runs judged by the whole gate (speed_gate: the run before, and the
+             first run as the rig's speed reference at --reference-drop-pct) -> false
+             regressions (target 0);
+  drift:     --drift-series series of --drift-steps + 1 runs, release i at tokens/s x
+             --drift-factor ** i (each a little slower than the last), release i judged by the
+             whole gate against release i - 1 and release 0 as the reference -> the step each
+             series is first caught at (target: by --drift-steps); the same without the
+             reference (the gate before issue 25) catches none of a 9 % step.
 
 Prints a table and the ratios, writes the JSON and Markdown results. Every random draw comes
 from --seed (the double's jitter too); the measured figures also carry this machine's
@@ -51,6 +59,7 @@ GATE = ROOT / "roles" / "vllm_dual_fast" / "filter_plugins" / "vllm_dual_fast_he
 MODEL = "bench"
 # What the role passes (tasks/health.yml, defaults/main.yml).
 ROLE_GATE = {"max_drop_pct": 10.0, "ttft_floor_s": 0.05, "rate_floor_tps": 1.0}
+REFERENCE_DROP_PCT = 15.0    # vllm_dual_fast_gate_speed_reference_drop_pct
 OLD_GATE = {"max_drop_pct": 10.0, "ttft_floor_s": 0.0, "rate_floor_tps": 0.0}
 
 
@@ -126,10 +135,11 @@ def one_prompt_reused():
         smoke.nonce = saved
 
 
-def rig_knobs(args, rng: random.Random, slower: bool) -> dict:
-    """One speed run's knobs: the nominal rate drifted for this run, the release's slowdown."""
+def rig_knobs(args, rng: random.Random, slower: bool, factor: float = 1.0) -> dict:
+    """One speed run's knobs: the nominal rate drifted for this run, the release's slowdown
+    (slower: --slower and --slower-ttft; factor: a decode-rate factor of its own)."""
     drift = rng.uniform(1 - args.drift_pct / 100, 1 + args.drift_pct / 100)
-    rate_factor, ttft_factor = (args.slower, args.slower_ttft) if slower else (1.0, 1.0)
+    rate_factor, ttft_factor = (args.slower, args.slower_ttft) if slower else (factor, 1.0)
     return {"tokens_per_s": round(args.tokens_per_s * drift * rate_factor, 3),
             "ttft_s": round(args.ttft_s * ttft_factor, 4),
             "ttft_jitter_s": args.ttft_jitter_s, "rate_jitter_pct": args.rate_jitter_pct,
@@ -143,8 +153,9 @@ def figures(speed: dict) -> dict:
     return {**out, "concurrency": speed.get("concurrency")}
 
 
-def speed_run(args, rng: random.Random, slower: bool = False, old: bool = False) -> dict:
-    knobs = rig_knobs(args, rng, slower)
+def speed_run(args, rng: random.Random, slower: bool = False, old: bool = False,
+              factor: float = 1.0) -> dict:
+    knobs = rig_knobs(args, rng, slower, factor)
     drift = knobs.pop("drift")
     rounds = args.old_rounds if old else args.rounds
     start = time.monotonic()
@@ -172,6 +183,26 @@ def judge(pairs, limits: dict) -> list:
     """One verdict per (now run, before run): the gate's lines and the changes behind them."""
     return [{"regressions": gate.speed_regressions(now["speed"], before["speed"], **limits),
              **change_pct(now["speed"], before["speed"])} for now, before in pairs]
+
+
+def judge_whole(runs, reference_drop_pct, with_reference=True) -> list:
+    """Run i (i >= 1) against run i - 1 and, with_reference, run 0 as the rig's reference, by
+    the role's whole speed gate (speed_gate): one verdict each, "regressions" its lines."""
+    reference = {"release": "run-0", "set_at": "", "speed": runs[0]["speed"]} \
+        if runs and with_reference else None
+    verdicts = []
+    for before, now in zip(runs, runs[1:]):
+        result, found, _ = gate.speed_gate(now["speed"], before["speed"],
+                                           reference=reference,
+                                           reference_drop_pct=reference_drop_pct, **ROLE_GATE)
+        verdicts.append({"result": result, "regressions": found,
+                         **change_pct(now["speed"], runs[0]["speed"])})
+    return verdicts
+
+
+def first_caught(verdicts):
+    """The step (1-based) a drift series is first flagged at, or None."""
+    return next((i + 1 for i, v in enumerate(verdicts) if v["regressions"]), None)
 
 
 def flagged(verdicts) -> int:
@@ -215,6 +246,26 @@ def bench(args) -> dict:
     no_floors = judge(zip(base[1:], base), OLD_GATE)
     caught = judge(zip(slow, base), ROLE_GATE)
     old_unchanged = judge(zip(old[1:], old), OLD_GATE)
+    whole_unchanged = judge_whole(base, args.reference_drop_pct)
+    series = []
+    for _ in range(args.drift_series):
+        runs = [speed_run(args, rng, factor=args.drift_factor ** step)
+                for step in range(args.drift_steps + 1) if time.monotonic() <= deadline]
+        if len(runs) < args.drift_steps + 1:
+            break
+        with_ref = judge_whole(runs, args.reference_drop_pct)
+        without = judge_whole(runs, args.reference_drop_pct, with_reference=False)
+        series.append({"runs": runs, "caught_at": first_caught(with_ref),
+                       "caught_at_without_reference": first_caught(without),
+                       "verdicts": with_ref})
+    drift = {"name": f"{args.drift_steps} releases each x{args.drift_factor} (reference "
+                     f"{args.reference_drop_pct:g} %)",
+             "series": len(series),
+             "caught_by_last_step": sum(1 for s in series
+                                        if s["caught_at"] and s["caught_at"] <= args.drift_steps),
+             "caught_at": [s["caught_at"] for s in series],
+             "caught_at_without_reference": [s["caught_at_without_reference"] for s in series],
+             "target": f"every series caught by step {args.drift_steps}"}
     cases = {
         "unchanged": summary("unchanged release, role's gate", unchanged, base[1:], "0 flagged"),
         "slower": summary("slower release, role's gate", caught, slow, "all flagged"),
@@ -224,8 +275,12 @@ def bench(args) -> dict:
         "old_gate_unchanged": summary(
             f"unchanged release, old gate ({args.old_rounds} rounds, one prompt, no floors)",
             old_unchanged, old[1:], "0 flagged"),
+        "reference_unchanged": summary(
+            f"unchanged release, whole gate with the first run as reference "
+            f"({args.reference_drop_pct:g} %)", whole_unchanged, base[1:], "0 flagged"),
     }
-    complete = len(base) == n + 1 and len(slow) == n and len(old) == n + 1
+    complete = (len(base) == n + 1 and len(slow) == n and len(old) == n + 1
+                and len(series) == args.drift_series)
     return {
         "bench": "speed-noise",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -233,8 +288,12 @@ def bench(args) -> dict:
         "parameters": {k: getattr(args, k) for k in (
             "seed", "comparisons", "tokens_per_s", "max_tokens", "ttft_s", "ttft_jitter_s",
             "rate_jitter_pct", "drift_pct", "slower", "slower_ttft", "concurrency", "rounds",
-            "old_rounds", "time_limit_s")},
-        "gate": {"role": ROLE_GATE, "old": OLD_GATE},
+            "old_rounds", "time_limit_s", "reference_drop_pct", "drift_series", "drift_steps",
+            "drift_factor")},
+        "gate": {"role": ROLE_GATE, "old": OLD_GATE,
+                 "reference_drop_pct": args.reference_drop_pct},
+        "drift": drift,
+        "drift_series": series,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "loadavg_1m_after": round(os.getloadavg()[0], 2)},
         "cases": cases,
@@ -266,10 +325,15 @@ def table(result: dict) -> str:
 
 def headline(result: dict) -> str:
     c = result["cases"]
-    return (f"false regressions {c['unchanged']['flagged']}/{c['unchanged']['comparisons']}, "
+    d = result["drift"]
+    return (f"false regressions {c['unchanged']['flagged']}/{c['unchanged']['comparisons']} "
+            f"({c['reference_unchanged']['flagged']}/{c['reference_unchanged']['comparisons']} "
+            f"with the reference), "
             f"slower release caught {c['slower']['flagged']}/{c['slower']['comparisons']}, "
             f"old gate false regressions {c['old_gate_unchanged']['flagged']}/"
-            f"{c['old_gate_unchanged']['comparisons']}")
+            f"{c['old_gate_unchanged']['comparisons']}, drift caught "
+            f"{d['caught_by_last_step']}/{d['series']} by its last step (at steps "
+            f"{d['caught_at']}; without the reference {d['caught_at_without_reference']})")
 
 
 def markdown(result: dict) -> str:
@@ -335,7 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--concurrency", type=int, default=4, help="c=N of the speed run (the role's 4)")
     add("--rounds", type=int, default=5, help="rounds per level (smoke's default)")
     add("--old-rounds", type=int, default=2, help="rounds of the old gate")
-    add("--time-limit-s", type=float, default=900.0, help="stop starting runs after this")
+    add("--reference-drop-pct", type=float, default=REFERENCE_DROP_PCT,
+        help="the reference gate's limit (the role's default)")
+    add("--drift-series", type=int, default=5, help="drift series (default 5)")
+    add("--drift-steps", type=int, default=3, help="slower releases per series (default 3)")
+    add("--drift-factor", type=float, default=0.91, help="each release's rate x this")
+    add("--time-limit-s", type=float, default=1500.0, help="stop starting runs after this")
     add("--json-out", default=str(ROOT / "bench" / "results" / "speed-noise.json"))
     add("--md-out", default=str(ROOT / "bench" / "results" / "speed-noise.md"))
     return parser
@@ -349,7 +418,8 @@ def main(argv=None) -> int:
     result = bench(args)
     print(table(result))
     c = result["cases"]
-    for key in ("unchanged", "slower", "unchanged_no_floors", "old_gate_unchanged"):
+    for key in ("unchanged", "slower", "unchanged_no_floors", "old_gate_unchanged",
+                "reference_unchanged"):
         rate = c[key]["rate"]
         print(f"{c[key]['name']}: {c[key]['flagged']}/{c[key]['comparisons']} flagged "
               f"(ratio {'-' if rate is None else f'{rate:.2f}'}), "

@@ -41,7 +41,7 @@ CANNOT_JUDGE_ADVICE = {
                    "API before trusting this release with long prompts",
 }
 CHECKS = tuple(ADVICE)
-GATE_RESULTS = ("pass", "fail", "cannot-judge", "off")
+GATE_RESULTS = ("pass", "fail", "cannot-judge", "not-comparable", "warn", "off")
 OUTCOME_STATES = ("updated", "unchanged", "rolled-back", "failed")
 REASON_CHARS = 300
 
@@ -159,43 +159,134 @@ def _figure(speed, level, key):
 
 def speed_regressions(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_tps=1.0):
     """How the new release is slower than the one before, one line each (empty: not slower).
-    now/before: smoke.py's "speed" ({"c1": {"tokens_per_s", "ttft_s", ...}, "cN": {...},
-    "concurrency": N}), medians over rounds of distinct prompts. A change counts only when it is
-    worse by more than max_drop_pct AND by more than the absolute floor (ttft_floor_s seconds,
-    rate_floor_tps tokens/s): a 50-100 ms time to first token rising by 20 ms is noise on a home
-    rig, not a regression. Nothing to compare against passes."""
+    now/before: smoke.py's "speed" ({"c1": {"tokens_per_s", "ttft_s", "tokens_per_s_p10",
+    "ttft_s_p90", ...}, "cN": {...}, "concurrency": N}), medians over rounds of distinct prompts.
+    A change counts only when it is worse by more than max_drop_pct AND by more than the
+    absolute floor (ttft_floor_s seconds, rate_floor_tps tokens/s) AND outside the spread the
+    rounds before gave (a decode rate below their 10th percentile, a time to first token above
+    their 90th, when recorded): a 50-100 ms time to first token rising by 20 ms, or a median
+    that one slow request of the baseline already reached, is noise on a home rig, not a
+    regression. Nothing to compare against passes."""
     found = []
     limit = float(max_drop_pct)
     for key in ("c1", "cN"):
         label = "c=1" if key == "c1" else f"c={(now or {}).get('concurrency', 'N')}"
         new, old = _figure(now, key, "tokens_per_s"), _figure(before, key, "tokens_per_s")
+        low = _figure(before, key, "tokens_per_s_p10")
         if new is not None and old:
             drop = (old - new) / old * 100
-            if drop > limit and old - new > float(rate_floor_tps):
+            if drop > limit and old - new > float(rate_floor_tps) and (low is None or new < low):
                 found.append(f"decode tokens/s at {label} fell {drop:.0f} % ({old:g} -> "
                              f"{new:g}), more than the {limit:g} % allowed")
     new_ttft, old_ttft = _figure(now, "c1", "ttft_s"), _figure(before, "c1", "ttft_s")
+    high = _figure(before, "c1", "ttft_s_p90")
     if new_ttft is not None and old_ttft:
         rise = (new_ttft - old_ttft) / old_ttft * 100
-        if rise > limit and new_ttft - old_ttft > float(ttft_floor_s):
+        if rise > limit and new_ttft - old_ttft > float(ttft_floor_s) and (
+                high is None or new_ttft > high):
             found.append(f"time to first token at c=1 rose {rise:.0f} % ({old_ttft:g} s -> "
                          f"{new_ttft:g} s), more than the {limit:g} % and "
                          f"{float(ttft_floor_s) * 1000:g} ms allowed")
     return found
 
 
-def speed_gate(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_tps=1.0):
-    """The canary's speed gate: (result, lines). "pass" with nothing to compare against (the
-    first release here); "cannot-judge" when the release before has figures and this speed run
-    gave none (a gate that cannot see must not pass); else "fail" with speed_regressions' lines,
-    or "pass"."""
-    if _figure(before, "c1", "tokens_per_s") is None:
-        return "pass", []
-    if _figure(now, "c1", "tokens_per_s") is None:
-        return "cannot-judge", ["speed unmeasured: the speed run gave no decode tokens/s at c=1, "
-                                "so the release cannot be compared with the one before"]
-    found = speed_regressions(now, before, max_drop_pct, ttft_floor_s, rate_floor_tps)
-    return ("fail" if found else "pass"), found
+SPEED_CONDITION_FIELDS = ("power.limit", "temperature.gpu", "clocks.sm",
+                          "clocks_event_reasons.active", "driver_version")
+
+
+def speed_conditions(text):
+    """What the GPUs were at when a speed was measured, from `nvidia-smi --query-gpu=` the
+    SPEED_CONDITION_FIELDS `--format=csv,noheader,nounits` (one line per GPU): {power_limit_w,
+    temperature_c, sm_clock_mhz, clocks_event_reasons: a list each, one per GPU;
+    driver_version}. {} when nothing readable was printed (no nvidia-smi, a GPU lost)."""
+    rows = [[cell.strip() for cell in line.split(",")] for line in str(text or "").splitlines()
+            if line.strip()]
+    rows = [row for row in rows if len(row) == len(SPEED_CONDITION_FIELDS)]
+    if not rows:
+        return {}
+
+    def number(cell):
+        try:
+            return float(cell)
+        except ValueError:
+            return None
+    return {"power_limit_w": [number(r[0]) for r in rows],
+            "temperature_c": [number(r[1]) for r in rows],
+            "sm_clock_mhz": [number(r[2]) for r in rows],
+            "clocks_event_reasons": [r[3] for r in rows],
+            "driver_version": rows[0][4]}
+
+
+def not_comparable(now, then):
+    """Why speeds measured under conditions `now` and `then` (speed_conditions) cannot be
+    compared: another power limit or another driver ('' when they can, or when either is
+    unknown: a report from before the conditions were recorded is judged as before)."""
+    if not now or not then:
+        return ""
+    limits = [round(w) for w in now.get("power_limit_w") or [] if w is not None]
+    before = [round(w) for w in then.get("power_limit_w") or [] if w is not None]
+    if limits and before and limits != before:
+        return (f"power limit {'/'.join(map(str, before))} W then, "
+                f"{'/'.join(map(str, limits))} W now")
+    if now.get("driver_version") and then.get("driver_version") and \
+            now["driver_version"] != then["driver_version"]:
+        return f"driver {then['driver_version']} then, {now['driver_version']} now"
+    return ""
+
+
+def speed_reference(current, report, healthy_at, pinned=False):
+    """The rig's speed reference once `report` passed health (kept beside `last-good` in
+    speed-reference.json): {release, speed, conditions, set_at}. The stored one (`current`) is
+    kept while this check's conditions are comparable with it (same power limit and driver),
+    and always when the owner pinned it; else this release, just proven here under these
+    conditions, becomes the reference. The canary's second speed gate compares with it, so
+    releases each a little slower than the last cannot add up unseen."""
+    current = current if isinstance(current, dict) else {}
+    speed = ((report or {}).get("smoke") or {}).get("speed") or {}
+    conditions = (report or {}).get("speed_conditions") or {}
+    if current.get("speed") and (pinned or not not_comparable(conditions, current.get(
+            "conditions"))):
+        return current
+    if _figure(speed, "c1", "tokens_per_s") is None:
+        return current
+    return {"release": report.get("release"), "speed": speed, "conditions": conditions,
+            "set_at": healthy_at}
+
+
+def speed_gate(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_tps=1.0,
+               conditions=None, reference=None, reference_drop_pct=None):
+    """The canary's speed gate: (result, lines, notes). Against the release before (`before`,
+    its speed with its "conditions") by max_drop_pct, and against the rig's speed reference
+    (speed_reference) by reference_drop_pct. A comparison across another power limit or driver
+    is not made: a note says "not comparable". "pass" with nothing to compare against (the
+    first release here); "cannot-judge" when a comparable speed exists and this run gave no
+    figures (a gate that cannot see must not pass); "fail" with the regressions;
+    "not-comparable" when every comparison was refused; else "pass"."""
+    before = before or {}
+    targets = [("the last good release", before, float(max_drop_pct))]
+    if reference and reference_drop_pct is not None:
+        targets.append((f"the reference {reference.get('release') or '?'} (since "
+                        f"{str(reference.get('set_at') or '?')[:10]})",
+                        {**(reference.get("speed") or {}),
+                         "conditions": reference.get("conditions")}, float(reference_drop_pct)))
+    lines, notes, compared = [], [], False
+    for index, (label, then, limit) in enumerate(targets):
+        if _figure(then, "c1", "tokens_per_s") is None:
+            continue
+        why = not_comparable(conditions, then.get("conditions"))
+        if why:
+            notes.append(f"not comparable with {label}: {why}")
+            continue
+        compared = True
+        if _figure(now, "c1", "tokens_per_s") is None:
+            return "cannot-judge", ["speed unmeasured: the speed run gave no decode tokens/s at "
+                                    "c=1, so the release cannot be compared with the one "
+                                    "before"], notes
+        found = speed_regressions(now, then, limit, ttft_floor_s, rate_floor_tps)
+        lines += found if index == 0 else [f"against {label}: {f}" for f in found]
+    if lines:
+        return "fail", lines, notes
+    return ("not-comparable" if notes and not compared else "pass"), [], notes
 
 
 def mtp_gate(now, before, floor, max_drop_pct, expected=False):
@@ -358,13 +449,17 @@ def canary_gates(inputs):
     previous_report (the rig's report before the switch), previous_release (the release that
     served before), max_drop_pct, mtp_expected (the release runs MTP), race_rc, race_mode,
     race_summary, soak_s, soak_run (the soak's smoke.py JSON, None when it did not run),
-    soak_stderr."""
+    soak_stderr, conditions (speed_conditions of this check), reference (the rig's speed
+    reference, speed_reference) and reference_drop_pct."""
     before, no_baseline = speed_baseline(inputs.get("previous_report"),
                                          inputs.get("previous_release"))
-    speed_result, regressions = speed_gate(inputs.get("speed_now"), before,
-                                           inputs.get("max_drop_pct", 10),
-                                           float(inputs.get("ttft_floor_ms", 50)) / 1000,
-                                           inputs.get("rate_floor_tps", 1.0))
+    before_conditions = (inputs.get("previous_report") or {}).get("speed_conditions") \
+        if before else None
+    speed_result, regressions, speed_notes = speed_gate(
+        inputs.get("speed_now"), {**before, "conditions": before_conditions},
+        inputs.get("max_drop_pct", 10), float(inputs.get("ttft_floor_ms", 50)) / 1000,
+        inputs.get("rate_floor_tps", 1.0), inputs.get("conditions"), inputs.get("reference"),
+        inputs.get("reference_drop_pct"))
     mtp_result, mtp = mtp_gate((inputs.get("speed_now") or {}).get("spec_decode"),
                                before.get("spec_decode"), inputs.get("mtp_floor", 0),
                                inputs.get("mtp_drop_pct", 100), bool(inputs.get("mtp_expected")))
@@ -383,11 +478,13 @@ def canary_gates(inputs):
         "speed_before": before,
         "speed_baseline": no_baseline or f"the previous release {inputs.get('previous_release')}",
         "speed_regressions": regressions,
+        "speed_not_comparable": speed_notes,
+        "speed_reference": inputs.get("reference") or {},
         "mtp_before": before.get("spec_decode") or {},
         "mtp_regressions": mtp,
     }
     judged = {
-        "speed": _judged(speed_result, regressions, no_baseline),
+        "speed": _judged(speed_result, regressions + speed_notes, no_baseline),
         "mtp": _judged(mtp_result, mtp),
         "race_check": _judged(verdict, [line]),
         "soak": _judged("off" if soak_run is None else ("fail" if soak else "pass"), soak),
@@ -521,7 +618,9 @@ def health_report(evidence):
     the gates' thresholds), smoke_started_at, and the registered results of the checks: smoke,
     long_prompt, engine_log, soak, race_check, restarts_before, restarts_after, patch_at_start,
     patch_check (in the container), patch_check_image (a one-off container, the patch off),
-    vllm_version; kernel: {lines, readable, source, window}."""
+    vllm_version, speed_conditions (nvidia-smi's SPEED_CONDITION_FIELDS after the speed run);
+    kernel: {lines, readable, source, window}. health may hold speed_reference (the rig's
+    speed-reference.json) for the canary's second speed gate."""
     serving, health = evidence["serving"], evidence.get("health") or {}
     settings, kernel = evidence.get("settings") or {}, evidence.get("kernel") or {}
     smoke_run = _register(evidence, "smoke")
@@ -538,6 +637,7 @@ def health_report(evidence):
     mtp_expected = "--speculative-config" in (serving.get("serve_args") or [])
     soak = _register(evidence, "soak")
     race = _register(evidence, "race_check")
+    conditions = speed_conditions(_register(evidence, "speed_conditions").get("stdout"))
     canary = canary_gates({
         "speed_now": smoke.get("speed") or {},
         "previous_report": health.get("baseline_report"),
@@ -554,6 +654,9 @@ def health_report(evidence):
         "soak_s": settings.get("gate_soak_s"),
         "soak_run": json_object(soak.get("stdout")) if _ran(soak) else None,
         "soak_stderr": soak.get("stderr") or "",
+        "conditions": conditions,
+        "reference": health.get("speed_reference") or {},
+        "reference_drop_pct": settings.get("gate_speed_reference_drop_pct"),
     }) if gates_on else {"gates": {}, "failed": [],
                          "judged": _ungated(smoke.get("speed"), mtp_expected)}
     long_result, long_lines = long_prompt_gate(
@@ -590,6 +693,7 @@ def health_report(evidence):
         "failures": failures,
         "judged": {**canary["judged"], "long_prompt": _judged(long_result, long_lines)},
         "smoke": smoke,
+        "speed_conditions": conditions,
         "health_wait_s": (smoke.get("health") or {}).get("waited_s"),
         "downtime_s": _downtime_s(health, evidence.get("smoke_started_at") or 0, smoke),
         "mtp": (smoke.get("speed") or {}).get("spec_decode") or {},
@@ -665,4 +769,5 @@ class FilterModule:
             "vllm_dual_fast_health_verdict": health_verdict,
             "vllm_dual_fast_stopped_report": stopped_report,
             "vllm_dual_fast_outcome": run_outcome,
+            "vllm_dual_fast_speed_reference": speed_reference,
         }

@@ -1300,3 +1300,28 @@ def test_memory_knobs_validation(monkeypatch):
                                  "memory": {"card_mib": 0, "gpus": 2}})
     assert knobs == {"memory": {}} and len(warnings) == 7
     assert rig_knobs({"memory": [1]})[0] == {}
+
+
+def test_a_log_line_is_written_in_one_call(monkeypatch):
+    """Request threads log their prefill peaks at once. print() writes the text and the newline
+    in two calls, so another thread's line can land between them (two peaks on one line, seen
+    under load in test_long_prefills_that_fit_pass_and_log_their_peak); one write per whole line
+    cannot be split by the file's own lock."""
+    import_double(monkeypatch)
+    from vllm._double import server
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def write(self, text):
+            self.calls.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    out = Recorder()
+    monkeypatch.setattr(sys, "stdout", out)
+    server.log("vllm-double: prefill peak 23872 MiB per card")
+    assert len(out.calls) == 1 and out.calls[0].endswith("prefill peak 23872 MiB per card\n")

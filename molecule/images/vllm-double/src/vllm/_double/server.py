@@ -167,8 +167,16 @@ WORDS = [
 DEFAULT_MAX_NUM_SEQS = 256
 
 
+_LOG_LOCK = threading.Lock()
+
+
 def log(message: str) -> None:
-    print(f"INFO {time.strftime('%m-%d %H:%M:%S')} [vllm-double] {message}", flush=True)
+    """One INFO line on stdout, written whole: print() writes the text and its newline apart, so
+    two request threads logging at once could share a line."""
+    line = f"INFO {time.strftime('%m-%d %H:%M:%S')} [vllm-double] {message}\n"
+    with _LOG_LOCK:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def env_float(name: str, default: float) -> float:

@@ -411,3 +411,14 @@ def test_the_prompt_at_max_model_len_is_judged_with_the_burst():
     blind = verdict_of(evidence(long_prompt=long_run(), long_prompt_full=long_run(
         sized_by="whitespace words", prompt_tokens=(None,))))
     assert blind["report"]["judged"]["long_prompt"]["result"] == "cannot-judge"
+
+
+def test_an_out_of_memory_at_max_model_len_is_named_once_as_that_prompt_s():
+    oom_log = {"stdout_lines": ["torch.OutOfMemoryError: CUDA out of memory. Tried to"]}
+    full = long_run(ok=False)
+    full_body = json.loads(full["stdout"])
+    full_body["long_prompt"].update(concurrency=1, target_tokens=65472)
+    verdict = verdict_of(evidence(long_prompt=long_run(), engine_log=oom_log,
+                                  long_prompt_full={**full, "stdout": json.dumps(full_body)}))
+    [line] = lines(verdict["report"], "long-prompt")
+    assert line.startswith("long prompts (1 concurrent prompts of 65472 tokens) failed: CUDA")

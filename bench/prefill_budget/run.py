@@ -34,9 +34,11 @@ PEAK = re.compile(r"prefill peak (\d+) MiB per card")
 
 
 def first_token_s(url: str, tokens: int) -> float:
-    """TTFT of one streamed chat of about `tokens` tokens (one word per token on the double)."""
+    """TTFT of one streamed chat of about `tokens` tokens, sized by POST /tokenize as the
+    long-prompt gate sizes its prompts (numbers as words cost several tokens each)."""
     endpoint = smoke.Endpoint(url, None, timeout=120)
-    text = smoke.long_prompt_text(smoke.nonce(), tokens)
+    words, _, _ = smoke.size_long_prompt(endpoint, noise.MODEL, tokens)
+    text = smoke.long_prompt_text(smoke.nonce(), words)
     payload = {"model": noise.MODEL, "max_tokens": 4, "temperature": 0, "stream": True,
                "ignore_eos": True, "messages": smoke.long_messages(text)}
     result = smoke.stream_chat(endpoint, payload)
@@ -49,8 +51,10 @@ def burst(url: str, n: int, tokens: int) -> list:
     barrier = threading.Barrier(n)
     endpoint = smoke.Endpoint(url, None, timeout=120)
 
+    words, _, _ = smoke.size_long_prompt(endpoint, noise.MODEL, tokens)
+
     def one(_):
-        text = smoke.long_prompt_text(smoke.nonce(), tokens)
+        text = smoke.long_prompt_text(smoke.nonce(), words)
         barrier.wait(timeout=10)
         return smoke.long_request(endpoint, noise.MODEL, text)["status"]
 

@@ -397,3 +397,28 @@ def test_a_drop_inside_the_spread_the_rounds_before_gave_is_not_a_regression():
         "decode tokens/s", "time to first token"]
     no_spread = {"c1": {"tokens_per_s": 50.0, "ttft_s": 0.20}}     # a report from before p10
     assert len(health.speed_regressions(inside, no_spread, 10)) == 2
+
+
+def test_the_prompt_at_max_model_len_is_judged_with_the_burst():
+    full_ok = long_run(prompt_tokens=(65472,))
+    full_failed = long_run(ok=False)
+    verdict = verdict_of(evidence(long_prompt=long_run(), long_prompt_full=full_ok))
+    assert verdict["report"]["judged"]["long_prompt"]["result"] == "pass"
+    assert verdict["report"]["long_prompt_full"]["prompt_tokens"] == [65472]
+    failed = verdict_of(evidence(long_prompt=long_run(), long_prompt_full=full_failed))
+    assert failed["report"]["judged"]["long_prompt"]["result"] == "fail"
+    assert [f["check"] for f in failed["failures"]] == ["long-prompt"]
+    blind = verdict_of(evidence(long_prompt=long_run(), long_prompt_full=long_run(
+        sized_by="whitespace words", prompt_tokens=(None,))))
+    assert blind["report"]["judged"]["long_prompt"]["result"] == "cannot-judge"
+
+
+def test_an_out_of_memory_at_max_model_len_is_named_once_as_that_prompt_s():
+    oom_log = {"stdout_lines": ["torch.OutOfMemoryError: CUDA out of memory. Tried to"]}
+    full = long_run(ok=False)
+    full_body = json.loads(full["stdout"])
+    full_body["long_prompt"].update(concurrency=1, target_tokens=65472)
+    verdict = verdict_of(evidence(long_prompt=long_run(), engine_log=oom_log,
+                                  long_prompt_full={**full, "stdout": json.dumps(full_body)}))
+    [line] = lines(verdict["report"], "long-prompt")
+    assert line.startswith("long prompts (1 concurrent prompts of 65472 tokens) failed: CUDA")

@@ -90,8 +90,9 @@ def healthy(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def double(knobs: dict, start_timeout_s: float = 20.0):
-    """A fresh `vllm serve` of the double with these rig knobs; yields its base URL."""
+def double(knobs: dict, start_timeout_s: float = 20.0, serve_args=(), extra_env=None):
+    """A fresh `vllm serve` of the double with these rig knobs (and serve flags, environment);
+    yields its base URL."""
     with tempfile.TemporaryDirectory(prefix="speed-noise-") as tmp:
         hf = Path(tmp) / "hf"
         hf.mkdir()
@@ -100,13 +101,14 @@ def double(knobs: dict, start_timeout_s: float = 20.0):
                if not k.startswith(("VLLM_", "NVIDIA_", "HF_", "VDF_"))}
         env.update({"PYTHONPATH": str(DOUBLE_SRC), "PYTHONDONTWRITEBYTECODE": "1",
                     "HF_HOME": str(hf), "VLLM_DOUBLE_STATE_DIR": str(Path(tmp) / "state"),
-                    "VLLM_DOUBLE_STARTUP_S": "0", "NVIDIA_VISIBLE_DEVICES": "0,1"})
+                    "VLLM_DOUBLE_STARTUP_S": "0", "NVIDIA_VISIBLE_DEVICES": "0,1",
+                    **(extra_env or {})})
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         with open(Path(tmp) / "double.log", "w") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", MODEL,
-                 "--host", "127.0.0.1", "--port", str(port)],
+                 "--host", "127.0.0.1", "--port", str(port), *serve_args],
                 env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + start_timeout_s

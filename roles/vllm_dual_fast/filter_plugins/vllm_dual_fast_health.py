@@ -401,6 +401,17 @@ def long_prompt_gate(run, log_lines, settings):
     return "pass", []
 
 
+# Worst first: what one gate says when it judged twice (the long prompts: the burst, then one at
+# max_model_len).
+_GATE_ORDER = ("fail", "cannot-judge", "not-comparable", "warn", "pass", "off")
+
+
+def _worst_gate(*judged):
+    """(result, lines) of several runs of one gate: the worst result, every run's lines."""
+    result = min((r for r, _ in judged), key=_GATE_ORDER.index)
+    return result, [line for _, lines in judged for line in lines]
+
+
 def race_check_verdict(rc, mode, summary=""):
     """The canary's GPU race check: ("fail" | "warn" | "pass" | "off", one line)."""
     if mode == "off":
@@ -618,7 +629,8 @@ def health_report(evidence):
     the gates' thresholds), smoke_started_at, and the registered results of the checks: smoke,
     long_prompt, engine_log, soak, race_check, restarts_before, restarts_after, patch_at_start,
     patch_check (in the container), patch_check_image (a one-off container, the patch off),
-    vllm_version, speed_conditions (nvidia-smi's SPEED_CONDITION_FIELDS after the speed run);
+    long_prompt_full (one prompt of max_model_len, after the burst), vllm_version,
+    speed_conditions (nvidia-smi's SPEED_CONDITION_FIELDS after the speed run);
     kernel: {lines, readable, source, window}. health may hold speed_reference (the rig's
     speed-reference.json) for the canary's second speed gate."""
     serving, health = evidence["serving"], evidence.get("health") or {}
@@ -659,9 +671,15 @@ def health_report(evidence):
         "reference_drop_pct": settings.get("gate_speed_reference_drop_pct"),
     }) if gates_on else {"gates": {}, "failed": [],
                          "judged": _ungated(smoke.get("speed"), mtp_expected)}
-    long_result, long_lines = long_prompt_gate(
-        long_run, _register(evidence, "engine_log").get("stdout_lines"),
-        health.get("long_prompt") or {})
+    full_result = _register(evidence, "long_prompt_full")
+    full_run = json_object(full_result.get("stdout")) if _ran(full_result) else None
+    log_lines = _register(evidence, "engine_log").get("stdout_lines")
+    # The prompt at max_model_len runs only after the burst passed: an out-of-memory line in the
+    # log is then its own, not the burst's.
+    long_result, long_lines = _worst_gate(
+        long_prompt_gate(long_run, log_lines if full_run is None else [],
+                         health.get("long_prompt") or {}),
+        long_prompt_gate(full_run, log_lines, health.get("long_prompt") or {}))
     failures = health_check_failures({
         "smoke": smoke, "smoke_stderr": smoke_run.get("stderr") or "",
         "concurrency": settings.get("smoke_concurrency"),
@@ -698,6 +716,7 @@ def health_report(evidence):
         "downtime_s": _downtime_s(health, evidence.get("smoke_started_at") or 0, smoke),
         "mtp": (smoke.get("speed") or {}).get("spec_decode") or {},
         "long_prompt": (long_run or {}).get("long_prompt") or {},
+        "long_prompt_full": (full_run or {}).get("long_prompt") or {},
         "kernel_xid_lines": xid_lines(kernel.get("lines") or []),
         "kernel_log_readable": bool(kernel.get("readable")),
         "kernel_log_since": int(float(window.get("since_epoch") or 0)),

@@ -65,17 +65,16 @@ joined by newlines) shares its leading whole words with the most similar of the 
 whose prefill finished; those words, at most prompt_tokens - 1 and rounded down to whole
 16-token blocks, count as cached tokens and skip the prefill time.
 
-Prefill memory (per card, MiB), for chat requests whose prompt tokens to prefill (not cached)
-are >= 1024, counted while in their TTFT: peak = gpu_memory_utilization x card_mib + sum over
-the sequences in prefill together of per_ktoken x min(their tokens, max_num_batched_tokens) /
-1024, per_ktoken = mib_per_ktoken with VLLM_MARLIN_INPUT_DTYPE=int8 in the environment (W4A8),
-else mib_per_ktoken x w4a16_factor (int8 activation buffers gone); --gpu-memory-utilization
-(0.9), --max-num-batched-tokens (vLLM V1's API-server default on a < 70 GiB GPU: 2048). Knob
-"memory": {"card_mib": 24576, "mib_per_ktoken": 109.6, "w4a16_factor": 0.75, "capacity_mib":
-card_mib - 451}, each overridable. mib_per_ktoken is calibrated on a measured W4A8 rig: 0.90,
-8192 batched tokens, 2 sequences of 16K prompt peak at 22,118.4 + 2 x 876.8 = 23,872 MiB and
-pass; 1 x 16K passes, 4 x 16K at 8192 fails (the third already brings 24,748.8), 4 x 16K at
-4096 (23,872) passes. Each
+Prefill memory (per card, MiB), after vLLM V1's scheduler (one token budget per step shared by
+every sequence) and worker (the KV pool is what gpu_memory_utilization leaves after a profile
+run of one full-budget step): while chat requests whose prompt tokens to prefill (not cached)
+are >= 1024 are in their TTFT, a step peaks at gpu_memory_utilization x card_mib + per_ktoken x
+step_tokens / 1024 + mib_per_prefill_seq x their number + mib_per_running_seq x requests in
+flight, step_tokens = their tokens together, at most max_num_batched_tokens (--max-num-batched-
+tokens; vLLM V1's API-server default on a < 70 GiB GPU: 2048); per_ktoken = mib_per_ktoken with
+VLLM_MARLIN_INPUT_DTYPE=int8 (W4A8), else x w4a16_factor. Knob "memory" overrides MEMORY_DEFAULTS.
+mib_per_ktoken is calibrated on the measured W4A8 rig (0.90, 8192, 2 x 16K prompts: 23,872 MiB),
+the two per-sequence terms are assumed from tensor shapes (README). Each
 long prefill logs `vllm-double: prefill peak N MiB per card (T prompt tokens to prefill, S
 sequences in prefill)` on stdout when it ends, N its highest peak. A peak above card_mib is a
 CUDA OOM in the engine core, as vLLM meets it: stderr gets the EngineCore fatal error with
@@ -247,11 +246,24 @@ def crash_decision(args, decode: dict) -> dict:
 
 
 RIG_KNOBS = "vllm-double.json"
+# The memory model, per card, after vLLM V1's own rules (vllm/v1/core/sched/scheduler.py: one
+# token budget per step, max_num_batched_tokens, shared by every running and waiting request;
+# gpu_worker.py: the KV pool is what gpu_memory_utilization leaves after a profile run of one
+# full-budget step). A step's peak is the reserved budget plus what the profile run did not
+# measure: a term per 1024 tokens scheduled in the step (calibrated), one per sequence in
+# prefill and one per running sequence (assumed from tensor shapes).
 MEMORY_DEFAULTS = {
     "card_mib": 24576.0,       # an RTX 3090
     "capacity_mib": None,      # what torch reports as total capacity: card_mib - 451 by default
-    "mib_per_ktoken": 109.6,   # W4A8 prefill activations per 1024 tokens of one sequence
+    # W4A8: MiB per 1024 tokens scheduled in one step beyond the profile run's reservation
+    # (calibrated: 0.90, 8192 batched tokens, 2 x 16K prompts peaked at 23,872 MiB).
+    "mib_per_ktoken": 217.8625,
     "w4a16_factor": 0.75,      # without int8 activations (no VLLM_MARLIN_INPUT_DTYPE=int8)
+    # Assumed, not measured: the gated-delta-net layers' initial-state gather per sequence in
+    # prefill ([16 heads, 128, 128] fp32 on each card at TP=2, not in the profile run), and the
+    # sampler's logits per running sequence ((k+1) x 151,936 x (2 + 4 bytes) at k=4).
+    "mib_per_prefill_seq": 1.0,
+    "mib_per_running_seq": 4.35,
 }
 CAPACITY_GAP_MIB = 451  # 24,576 MiB card -> torch's "total capacity of 23.56 GiB"
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM V1, API server, GPU under 70 GiB
@@ -287,8 +299,9 @@ def memory_knobs(raw) -> tuple:
 
 
 def memory_model(args, memory=None, environ=None) -> dict:
-    """The prefill peak model of one start: utilization x card_mib plus, per long sequence in
-    prefill, mib_per_ktoken (x w4a16_factor without W4A8) x min(tokens, batched)/1024."""
+    """The step peak model of one start (MEMORY_DEFAULTS, overridden by the "memory" knob):
+    budget_mib (utilization x card_mib) and per_ktoken_mib (mib_per_ktoken, x w4a16_factor
+    without W4A8) with the start's max_num_batched_tokens."""
     environ = os.environ if environ is None else environ
     model = {**MEMORY_DEFAULTS, **(memory or {})}
     if model["capacity_mib"] is None:
@@ -304,11 +317,35 @@ def memory_model(args, memory=None, environ=None) -> dict:
     return model
 
 
+def step_tokens(model: dict, prefilling) -> int:
+    """Tokens one step schedules for the long prefills in flight: their tokens together, at
+    most the one shared budget (max_num_batched_tokens). Prefills under 1024 tokens are left
+    out: short chats do not reach the peak."""
+    return min(model["max_num_batched_tokens"],
+               sum(t for t in prefilling if t >= LONG_PREFILL_TOKENS))
+
+
+def step_peak_mib(model: dict, prefilling, running: int) -> float:
+    """A step's peak MiB per card: the reserved budget, the step's tokens beyond the profile
+    run (per_ktoken_mib per 1024), each long sequence in prefill and each running sequence."""
+    long = [t for t in prefilling if t >= LONG_PREFILL_TOKENS]
+    if not long:
+        return model["budget_mib"]
+    return (model["budget_mib"] + model["per_ktoken_mib"] * step_tokens(model, long) / 1024
+            + model["mib_per_prefill_seq"] * len(long) + model["mib_per_running_seq"] * running)
+
+
 def prefill_mib(model: dict, tokens: int) -> float:
-    """Activation MiB one sequence adds while it prefills `tokens` (0 below 1024 tokens)."""
+    """What one sequence's chunk of a step takes (what torch tried to allocate when it did not
+    fit): its tokens up to the budget, per_ktoken_mib per 1024 (0 below 1024 tokens)."""
     if tokens < LONG_PREFILL_TOKENS:
         return 0.0
     return model["per_ktoken_mib"] * min(tokens, model["max_num_batched_tokens"]) / 1024
+
+
+def prefill_steps(model: dict, tokens: int) -> int:
+    """Steps a prompt of `tokens` to prefill takes alone: ceil(tokens / budget)."""
+    return -(-int(tokens) // int(model["max_num_batched_tokens"])) if tokens > 0 else 0
 
 
 def format_size(mib: float) -> str:
@@ -415,7 +452,8 @@ def rig_knobs(raw, version=__version__) -> tuple:
         raw = {**raw, **per_version}
     for key, low, strict in (("tokens_per_s", 0.0, True), ("ttft_s", 0.0, False),
                              ("ttft_jitter_s", 0.0, False), ("rate_jitter_pct", 0.0, False),
-                             ("prefill_s_per_ktoken", 0.0, False)):
+                             ("prefill_s_per_ktoken", 0.0, False),
+                             ("prefill_step_s", 0.0, False)):
         if key not in raw:
             continue
         value = raw[key]
@@ -574,6 +612,8 @@ class Engine:
         # timing jitter, not secrets: a seeded generator makes a run repeatable
         self.rng = random.Random(knobs.get("seed"))  # noqa: S311
         self.prefill_s_per_ktoken = knobs.get("prefill_s_per_ktoken", 0.002)
+        # Assumed: what each prefill step costs beyond its tokens (launches, TP all-reduces).
+        self.prefill_step_s = knobs.get("prefill_step_s", 0.03)
         self.spec_tokens = num_speculative_tokens
         self.acceptance = knobs.get("mtp_acceptance", 0.7)
         self.spec_metrics = knobs.get("spec_decode_metrics", "exported")
@@ -648,7 +688,10 @@ class Engine:
         prefill_tokens = prompt_tokens - cached
         return {"text": text, "prompt_tokens": prompt_tokens, "cached_tokens": cached,
                 "prefill_tokens": prefill_tokens,
-                "ttft": self.ttft_s + jitter + prefill_tokens / 1000 * self.prefill_s_per_ktoken,
+                "ttft": (self.ttft_s + jitter + prefill_tokens / 1000 * self.prefill_s_per_ktoken
+                         # the base TTFT holds one step; a longer prefill pays the others
+                         + max(prefill_steps(self.memory, prefill_tokens) - 1, 0)
+                         * self.prefill_step_s),
                 "interval": self.token_interval_s * factor}
 
     def jitter(self) -> tuple:
@@ -661,14 +704,15 @@ class Engine:
         return extra, factor
 
     def prefill(self, plan: dict) -> bool:
-        """The TTFT wait, counted in prefill memory when the prompt is long (may OOM); False
+        """The TTFT wait, counted in the step's memory when the prompt is long (may OOM); False
         when the engine died. A finished prefill joins the prefix cache."""
         mib = prefill_mib(self.memory, plan["prefill_tokens"])
         key = object()
         if mib:
             with self.lock:
-                self.prefilling[key] = {"mib": mib, "peak": 0.0, "seqs": 0}
-                total = self.memory["budget_mib"] + sum(e["mib"] for e in self.prefilling.values())
+                self.prefilling[key] = {"tokens": plan["prefill_tokens"], "peak": 0.0, "seqs": 0}
+                tokens = [e["tokens"] for e in self.prefilling.values()]
+                total = step_peak_mib(self.memory, tokens, max(self.in_flight, len(tokens)))
                 seqs = len(self.prefilling)
                 for entry in self.prefilling.values():
                     if total > entry["peak"]:

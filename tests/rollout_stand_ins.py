@@ -105,8 +105,9 @@ def stand_in_rig_role(log):
         {
             "name": "Stand-in switch outcome",
             "ansible.builtin.set_fact": {
-                "vllm_dual_fast_outcome": "{{ {'state': 'updated', 'reason': '', "
-                "'release': 'r2', 'previous_release': 'r1'} | combine("
+                # The role's one builder (files/schemas/outcome.schema.json), not a hand-made dict.
+                "vllm_dual_fast_outcome": "{{ ('updated' | vllm_dual_fast_outcome("
+                "release='r2', previous_release='r1')) | combine("
                 "(vdf_test_outcome | default({})).get(inventory_hostname, {})) }}"
             },
             "when": "'deploy' in vllm_dual_fast_stages",

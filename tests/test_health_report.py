@@ -422,3 +422,14 @@ def test_an_out_of_memory_at_max_model_len_is_named_once_as_that_prompt_s():
                                   long_prompt_full={**full, "stdout": json.dumps(full_body)}))
     [line] = lines(verdict["report"], "long-prompt")
     assert line.startswith("long prompts (1 concurrent prompts of 65472 tokens) failed: CUDA")
+
+
+def test_the_schemas_name_the_same_checks_results_and_states_as_the_code():
+    """The schemas are what readers trust: a check, gate result or outcome state the builders
+    can emit must be one the schema allows, and none it allows may be unknown to them."""
+    check = SCHEMA["properties"]["failures"]["items"]["properties"]["check"]["enum"]
+    assert sorted(check) == sorted(health.CHECKS)
+    for gate in SCHEMA["properties"]["judged"]["properties"].values():
+        assert sorted(gate["properties"]["result"]["enum"]) == sorted(health.GATE_RESULTS)
+    assert sorted(OUTCOME_SCHEMA["properties"]["state"]["enum"]) == sorted(health.OUTCOME_STATES)
+    assert SCHEMA["properties"]["schema_version"]["const"] == health.REPORT_SCHEMA_VERSION

@@ -471,21 +471,67 @@ def test_secure_boot_refusal_names_the_distributions_mok_key(family, key, other)
 KERNEL_FOLLOWING = ("nvidia-kernel-dkms", "linux-modules-nvidia", "linux-headers", "linux-image")
 
 
+def test_debian_holds_user_space_only_since_dkms_rebuilds_it_for_every_kernel():
+    held = drv.driver_hold_packages("debian", "distro", 580)
+    assert held == ["nvidia-driver", "libcuda1", "nvidia-smi", "nvidia-persistenced"]
+    assert not [name for name in held if name.startswith(KERNEL_FOLLOWING) or "dkms" in name]
+
+
+@pytest.mark.parametrize("flavour", ["generic", "generic-hwe-24.04"])
+def test_ubuntu_holds_kernel_module_and_user_space_as_one_unit(flavour):
+    """The prebuilt module of the next kernel needs the next driver (why:
+    test_ubuntu_kernel_updates.py), so the kernel metas are held with the module meta."""
+    held = drv.driver_hold_packages("ubuntu", "distro", 580, flavour=flavour)
+    assert held == [
+        f"linux-{flavour}",
+        f"linux-image-{flavour}",
+        f"linux-headers-{flavour}",
+        f"linux-modules-nvidia-580-server-{flavour}",
+        "nvidia-headless-no-dkms-580-server",
+        "nvidia-utils-580-server",
+    ]
+    installed = pkgs(f"linux-image-{flavour}", "nvidia-utils-580-server")
+    assert drv.driver_hold_packages("ubuntu", "distro", 580, installed, flavour) == [
+        f"linux-image-{flavour}",
+        "nvidia-utils-580-server",
+    ]
+
+
 @pytest.mark.parametrize(
-    ("family", "source", "expected"),
+    ("family", "flavour", "installed", "expected"),
     [
-        ("debian", "distro", ["nvidia-driver", "libcuda1", "nvidia-smi", "nvidia-persistenced"]),
-        ("ubuntu", "distro", ["nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server"]),
+        (
+            "debian",
+            "amd64",
+            ["nvidia-driver", "libcuda1", "linux-image-amd64", "linux-headers-amd64", "openssl"],
+            ["nvidia-driver", "libcuda1", "linux-image-amd64", "linux-headers-amd64"],
+        ),
+        (
+            "ubuntu",
+            "generic",
+            [
+                "linux-generic",
+                "linux-image-generic",
+                "linux-modules-nvidia-580-server-generic",
+                "nvidia-utils-580-server",
+                "nvidia-headless-no-dkms-580-server",
+                "openssl",
+            ],
+            [
+                "linux-generic",
+                "linux-image-generic",
+                "linux-modules-nvidia-580-server-generic",
+                "nvidia-headless-no-dkms-580-server",
+                "nvidia-utils-580-server",
+            ],
+        ),
     ],
 )
-def test_hold_list_is_the_user_space_branch_only(family, source, expected):
-    held = drv.driver_hold_packages(family, source, 580)
-    assert held == expected
-    assert not [
-        name
-        for name in held
-        if name.startswith(KERNEL_FOLLOWING) or "dkms" in name.replace("no-dkms", "")
-    ]
+def test_a_maintenance_run_upgrades_the_installed_kernel_metas_with_the_driver(
+    family, flavour, installed, expected
+):
+    got = drv.maintenance_upgrade_packages(family, "distro", 580, pkgs(*installed), flavour)
+    assert sorted(got) == sorted(expected)
 
 
 @pytest.mark.parametrize("family", ["debian", "ubuntu"])
@@ -514,10 +560,18 @@ def test_kernel_following_holds_a_previous_run_left_are_found():
         "linux-modules-nvidia-580-server-generic\nopenssl\n"
     )
     assert drv.kernel_following_holds(showhold) == [
-        "nvidia-kernel-dkms",
         "linux-modules-nvidia-580-server-generic",
+        "nvidia-kernel-dkms",
     ]
     assert drv.kernel_following_holds("") == []
+
+
+def test_a_module_meta_held_with_its_kernel_is_no_danger():
+    showhold = "linux-image-generic\nlinux-modules-nvidia-580-server-generic\n"
+    assert drv.kernel_following_holds(showhold) == []
+    assert drv.kernel_following_holds(
+        showhold.replace("linux-image-generic", "linux-image-lowlatency")
+    ) == ["linux-modules-nvidia-580-server-generic"]
 
 
 USER_SPACE = ["nvidia-driver", "libcuda1", "nvidia-smi", "nvidia-persistenced"]
@@ -528,12 +582,16 @@ def test_hold_plan_sets_only_missing_holds_and_never_claims_the_owners():
     plan = drv.driver_hold_plan(USER_SPACE, True, "nvidia-driver\nopenssl\n", [])
     assert plan["hold"] == ["libcuda1", "nvidia-smi", "nvidia-persistenced"]
     assert plan["release"] == []
-    assert plan["record_during"] == plan["record_after"] == [
-        "libcuda1", "nvidia-persistenced", "nvidia-smi"
-    ]
+    assert (
+        plan["record_during"]
+        == plan["record_after"]
+        == ["libcuda1", "nvidia-persistenced", "nvidia-smi"]
+    )
     # The next run (libcuda1 printed with its architecture, as for a foreign one).
     steady = drv.driver_hold_plan(
-        USER_SPACE, True, "libcuda1:amd64\nnvidia-driver\nnvidia-persistenced\nnvidia-smi\n",
+        USER_SPACE,
+        True,
+        "libcuda1:amd64\nnvidia-driver\nnvidia-persistenced\nnvidia-smi\n",
         plan["record_after"],
     )
     assert steady["hold"] == steady["release"] == []
@@ -543,8 +601,9 @@ def test_hold_plan_sets_only_missing_holds_and_never_claims_the_owners():
 def test_hold_plan_off_releases_the_roles_own_and_leaves_the_owners():
     showhold = "libcuda1\nnvidia-driver\nnvidia-smi\nopenssl\n"
     # nvidia-persistenced is recorded but the owner released it since: not held, nothing to do.
-    plan = drv.driver_hold_plan(USER_SPACE, False, showhold, ["libcuda1", "nvidia-smi",
-                                                            "nvidia-persistenced"])
+    plan = drv.driver_hold_plan(
+        USER_SPACE, False, showhold, ["libcuda1", "nvidia-smi", "nvidia-persistenced"]
+    )
     assert plan["hold"] == []
     assert plan["release"] == ["libcuda1", "nvidia-smi"]
     assert plan["record_during"] == ["libcuda1", "nvidia-smi"]  # until they are released
@@ -552,8 +611,9 @@ def test_hold_plan_off_releases_the_roles_own_and_leaves_the_owners():
 
 
 def test_hold_plan_releases_the_roles_hold_on_a_package_the_list_no_longer_has():
-    old, new = drv.driver_hold_packages("ubuntu", "cuda_repo", 570), drv.driver_hold_packages(
-        "ubuntu", "cuda_repo", 580
+    old, new = (
+        drv.driver_hold_packages("ubuntu", "cuda_repo", 570),
+        drv.driver_hold_packages("ubuntu", "cuda_repo", 580),
     )
     plan = drv.driver_hold_plan(new, True, "\n".join(old + ["openssl"]), old)
     assert plan["hold"] == new
@@ -572,8 +632,12 @@ def test_filter_names_are_prefixed_and_point_at_the_functions():
 # The reboot decision, taken with the driver's packages in place while the loaded driver is
 # missing or too old (main's rerun after a refused reboot went on as if the driver were loaded).
 def _state(loaded, satisfied, allowed, check):
-    return {"loaded": loaded, "satisfied": satisfied, "reboot_allowed": allowed,
-            "check_mode": check}
+    return {
+        "loaded": loaded,
+        "satisfied": satisfied,
+        "reboot_allowed": allowed,
+        "check_mode": check,
+    }
 
 
 @pytest.mark.parametrize(

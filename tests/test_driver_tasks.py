@@ -408,7 +408,7 @@ def test_cuda_repo_preferences_lock_the_driver_branch_and_leave_other_nvidia_pac
 
 def expand_imports(tasks):
     """The tasks with every static `import_tasks: <file>` replaced by that file's tasks (its
-    `vars` on each of them), as Ansible does inside the role; blocks expanded too."""
+    `vars` and `when` on each of them), as Ansible does inside the role; blocks expanded too."""
     out = []
     for task in tasks:
         imported = task.get("ansible.builtin.import_tasks")
@@ -416,6 +416,9 @@ def expand_imports(tasks):
             for inner in expand_imports(role_tasks(imported)):
                 inner = dict(inner)
                 inner["vars"] = {**task.get("vars", {}), **inner.get("vars", {})}
+                when = _conditions(task) + _conditions(inner)
+                if when:
+                    inner["when"] = when
                 out.append(inner)
         elif "block" in task:
             out.append({**task, "block": expand_imports(task["block"])})
@@ -660,39 +663,56 @@ def selections(admin):
     return {line.split()[0].split(":")[0]: line.split()[1] for line in out.splitlines()}
 
 
+FACTS = {
+    "name": "Gather the facts the hold list reads",
+    "ansible.builtin.setup": {"gather_subset": ["min"]},
+}
+HOLD_VARS = {
+    "_vllm_dual_fast_driver_family": "debian",
+    "vllm_dual_fast_driver_source": "distro",
+    "vllm_dual_fast_driver_branch": 580,
+    "vllm_dual_fast_driver_install": True,
+}
+
+
 def hold_tasks():
-    """The install block's hold tasks (driver.yml), imports expanded."""
-    [block] = [t for t in role_tasks("driver.yml") if t["name"] == "Install the driver"]
-    tasks = [
-        t for t in block["block"] if t["name"].startswith("Hold the driver's user-space packages")
-    ]
-    assert tasks, [t["name"] for t in block["block"]]
-    return expand_imports(tasks)
+    """driver.yml's hold tasks, imports expanded, after the `apt-mark showhold` they read."""
+    tasks = role_tasks("driver.yml")
+    showhold = [t for t in tasks if t["name"] == "Ask APT which packages are held"]
+    holds = [t for t in tasks if t["name"].startswith("Hold what must move only with")]
+    assert showhold and holds, [t["name"] for t in tasks]
+    return [FACTS, *showhold, *expand_imports(holds)]
 
 
 @pytest.mark.parametrize(
     ("install", "warned"), [(False, False), (True, True)], ids=["install-off", "install-on"]
 )
 def test_driver_stage_releases_no_hold_the_owner_set(tmp_path, install, warned):
+    """On a rig whose driver already satisfies, a run with driver_install on still holds the
+    driver's user space it finds unheld (a rig installed by an older role gets today's holds),
+    and never touches the owner's."""
     # The owner holds a kernel-following package and one of the driver's (earlier versions of the
     # role held nvidia-kernel-dkms too, and released it on every run, whoever had set it).
     held = ["nvidia-kernel-dkms", "nvidia-driver", "linux-modules-nvidia-580-server-generic"]
     admin, env = dpkg_world(tmp_path, [*held, "libcuda1"], held)
     before = selections(admin)
+    extra = {
+        **HOLD_VARS,
+        "vllm_dual_fast_driver_install": install,
+        "vllm_dual_fast_driver_satisfied": True,
+        "vllm_dual_fast_driver_loaded": True,
+        "vllm_dual_fast_driver_hold": True,
+        "vllm_dual_fast_power_limit_watts": 0,
+        "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
+    }
     result, out = run_playbook(
-        tmp_path,
-        play(expand_imports(role_tasks("driver.yml"))),
-        {
-            "vllm_dual_fast_driver_install": install,
-            "vllm_dual_fast_driver_satisfied": True,
-            "vllm_dual_fast_driver_loaded": True,
-            "vllm_dual_fast_power_limit_watts": 0,
-            "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
-        },
-        env=env,
+        tmp_path, play([FACTS, *expand_imports(role_tasks("driver.yml"))]), extra, env=env
     )
     assert result.returncode == 0, out
-    assert selections(admin) == before, out
+    assert selections(admin) == {**before, "libcuda1": "hold" if install else "install"}, out
+    again, out = run_playbook(
+        tmp_path, play([FACTS, *expand_imports(role_tasks("driver.yml"))]), extra, env=env
+    )
     assert recap(out)["changed"] == 0, out
     unhold = "apt-mark unhold linux-modules-nvidia-580-server-generic nvidia-kernel-dkms"
     assert (unhold in out) is warned, out
@@ -708,7 +728,7 @@ def test_hold_off_releases_only_the_holds_the_role_set(tmp_path):
             tmp_path,
             play(hold_tasks()),
             {
-                "_vllm_dual_fast_driver_to_hold": DEBIAN_USER_SPACE,
+                **HOLD_VARS,
                 "vllm_dual_fast_driver_hold": hold,
                 "_vllm_dual_fast_state_dir": str(state),
             },
@@ -740,7 +760,7 @@ def test_holds_the_role_sets_are_recorded_before_they_are_set(tmp_path):
     tasks = hold_tasks()
     hold_at = next(i for i, t in enumerate(tasks) if "ansible.builtin.dpkg_selections" in t)
     extra = {
-        "_vllm_dual_fast_driver_to_hold": DEBIAN_USER_SPACE,
+        **HOLD_VARS,
         "vllm_dual_fast_driver_hold": True,
         "_vllm_dual_fast_state_dir": str(state),
     }
@@ -750,7 +770,9 @@ def test_holds_the_role_sets_are_recorded_before_they_are_set(tmp_path):
     assert stopped.returncode == 0, out
     assert set(selections(admin).values()) == {"hold"}, out
     assert json.loads(record.read_text())["held_by_role"] == [
-        "libcuda1", "nvidia-persistenced", "nvidia-smi"
+        "libcuda1",
+        "nvidia-persistenced",
+        "nvidia-smi",
     ], record.read_text()
 
     extra["vllm_dual_fast_driver_hold"] = False
@@ -938,9 +960,18 @@ def install_world(tmp_path, installed=("linux-headers-amd64",), held=()):
 
 def dpkg_shows(root, package):
     """What the real dpkg-query says of a package in the rig's private database."""
-    return subprocess.run(["dpkg-query", f"--admindir={root / 'dpkg'}", "--show",
-                           "--showformat=${db:Status-Abbrev}", package],
-                          capture_output=True, text=True, check=False).stdout.strip()
+    return subprocess.run(
+        [
+            "dpkg-query",
+            f"--admindir={root / 'dpkg'}",
+            "--show",
+            "--showformat=${db:Status-Abbrev}",
+            package,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
 
 
 def run_driver_install(tmp_path, root, args=(), fail=False):
@@ -1019,9 +1050,10 @@ def test_driver_install_in_check_mode_names_the_packages_and_installs_nothing(tm
 def test_held_driver_packages_count_as_installed(tmp_path):
     # The role holds the driver packages after installing them; dpkg then says `hi`, and the
     # driver scenario's idempotence run started a second install of every held package.
-    root = install_world(tmp_path, installed=("linux-headers-amd64", "nvidia-driver"),
-                         held=("nvidia-driver",))
-    assert dpkg_shows(root, "nvidia-driver") == "hi"      # what the real dpkg says of a hold
+    root = install_world(
+        tmp_path, installed=("linux-headers-amd64", "nvidia-driver"), held=("nvidia-driver",)
+    )
+    assert dpkg_shows(root, "nvidia-driver") == "hi"  # what the real dpkg says of a hold
     result, out = run_driver_install(tmp_path, root)
     assert result.returncode == 0, out
     assert recap(out)["changed"] == 0, out

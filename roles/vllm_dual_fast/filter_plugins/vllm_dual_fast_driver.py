@@ -331,14 +331,25 @@ def secure_boot_refusal(family):
 # --- 6. holds -----------------------------------------------------------------------------------
 
 # The driver's user space: what containers and nvidia-smi load, which must stay the version of the
-# loaded module until the owner upgrades and reboots on purpose. Kernel-following packages (the
-# DKMS source, Ubuntu's linux-modules-nvidia-* meta, headers) are never held: they must move with
-# every kernel update, and their version is already tied to the held packages by exact (=)
-# dependencies (Debian's nvidia-driver on nvidia-kernel-dkms; Ubuntu's module packages on
-# nvidia-kernel-common-<branch>).
+# loaded module until the owner upgrades and reboots on purpose.
+# Debian's DKMS rebuilds the held driver for every new kernel, so the kernel may move alone there.
+# Ubuntu's module for a kernel is prebuilt against the driver in the archive at the kernel's build
+# (linux-modules-nvidia-<b>-server-<abi> needs exactly that nvidia-kernel-common, and the held
+# utils need exactly theirs): after a driver point release the next kernel's module needs the
+# newer driver, so holding user space alone lets the kernel move without its module (proved with
+# APT: tests/test_ubuntu_kernel_updates.py). There the kernel's meta packages and the module meta
+# are held with user space, as one unit that only the maintenance run (playbooks/maintain.yml)
+# moves, all together.
 _USER_SPACE = {
     ("debian", "distro"): ["nvidia-driver", "libcuda1", "nvidia-smi", "nvidia-persistenced"],
-    ("ubuntu", "distro"): ["nvidia-headless-no-dkms-{b}-server", "nvidia-utils-{b}-server"],
+    ("ubuntu", "distro"): [
+        "linux-{f}",
+        "linux-image-{f}",
+        "linux-headers-{f}",
+        "linux-modules-nvidia-{b}-server-{f}",
+        "nvidia-headless-no-dkms-{b}-server",
+        "nvidia-utils-{b}-server",
+    ],
     # NVIDIA's repository: Debian-style names on Debian, branch-suffixed names on Ubuntu; the
     # apt preferences file keeps apt on the branch, the hold on the installed point release.
     ("debian", "cuda_repo"): [
@@ -355,27 +366,53 @@ _USER_SPACE = {
         "nvidia-compute-utils-{b}",
     ],
 }
+# What a maintenance run upgrades besides the held unit: the kernel meta packages (Debian's
+# follow the kernel flavour: linux-image-amd64; DKMS then builds the new driver for the new kernel).
+_KERNEL_METAS = {
+    "debian": ["linux-image-{f}", "linux-headers-{f}"],
+    "ubuntu": ["linux-{f}", "linux-image-{f}", "linux-headers-{f}"],
+}
 _KERNEL_FOLLOWING_HELD = re.compile(r"^(nvidia-kernel-dkms|linux-modules-nvidia-\S+)$")
+_MODULE_META = re.compile(r"^linux-modules-nvidia-\d+(?:-server)?(?:-open)?-(?P<flavour>[a-z].*)$")
 
 
-def driver_hold_packages(family, source, branch, installed=None):
-    """The packages to hold for this family and source; with `installed` (package facts or
-    names), only those present (NVIDIA's repository names differ between releases)."""
-    names = [name.format(b=branch) for name in _USER_SPACE[(family, source)]]
+def _names(templates, branch, flavour, installed):
+    names = [name.format(b=branch, f=flavour or "generic") for name in templates]
     if installed is not None:
         names = [name for name in names if name in installed]
-    return names
+    return list(dict.fromkeys(names))
+
+
+def driver_hold_packages(family, source, branch, installed=None, flavour=None):
+    """The packages to hold for this family and source; with `installed` (package facts or
+    names), only those present (NVIDIA's repository names differ between releases). flavour:
+    Ubuntu's kernel flavour (generic, generic-hwe-24.04, ...), for its kernel and module metas."""
+    return _names(_USER_SPACE[(family, source)], branch, flavour, installed)
+
+
+def maintenance_upgrade_packages(family, source, branch, installed, flavour=None):
+    """What a maintenance run upgrades in one APT transaction, so that kernel, module and user
+    space arrive together: the held unit and the kernel meta packages, those installed."""
+    templates = _USER_SPACE[(family, source)] + _KERNEL_METAS[family]
+    return _names(templates, branch, flavour, installed)
 
 
 def kernel_following_holds(showhold):
-    """Kernel-following packages among `apt-mark showhold`'s output. Earlier versions of this role
-    held nvidia-kernel-dkms (Debian) and linux-modules-nvidia-* (Ubuntu) without recording it, so
-    whose hold it is cannot be told: the owner is warned, the hold is left alone."""
-    return [
-        line.strip()
-        for line in (showhold or "").splitlines()
-        if _KERNEL_FOLLOWING_HELD.match(line.strip())
-    ]
+    """Kernel-following packages among `apt-mark showhold`'s output held while their kernel may
+    still move. Earlier versions of this role held nvidia-kernel-dkms (Debian) and
+    linux-modules-nvidia-* (Ubuntu) without recording it, so whose hold it is cannot be told: the
+    owner is warned, the hold is left alone. Ubuntu's module meta held together with its kernel's
+    image meta (linux-image-<flavour>, as the role holds them now) cannot strand the kernel."""
+    held = _held(showhold)
+    found = []
+    for name in sorted(held):
+        if not _KERNEL_FOLLOWING_HELD.match(name):
+            continue
+        meta = _MODULE_META.match(name)
+        if meta and f"linux-image-{meta['flavour']}" in held:
+            continue
+        found.append(name)
+    return found
 
 
 def _held(showhold):
@@ -432,6 +469,7 @@ class FilterModule:
             "vllm_dual_fast_secure_boot_state": secure_boot_state,
             "vllm_dual_fast_secure_boot_refusal": secure_boot_refusal,
             "vllm_dual_fast_driver_hold_packages": driver_hold_packages,
+            "vllm_dual_fast_maintenance_upgrade_packages": maintenance_upgrade_packages,
             "vllm_dual_fast_kernel_following_holds": kernel_following_holds,
             "vllm_dual_fast_driver_hold_plan": driver_hold_plan,
         }

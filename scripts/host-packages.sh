@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages of this machine that the tests use as they are (real programs, not doubles):
 #   nginx: tests/test_nginx_proxy.py runs the role's LAN proxy site in a real nginx.
+#   unattended-upgrades, needrestart: tests/test_upgrade_guard.py runs them on a fake root
+#   against the Ubuntu archive double, with the role's configuration.
 # Installed from the machine's own sources, without starting any service (no init system here;
 # the tests start their own nginx on loopback with a temporary prefix).
 set -euo pipefail
@@ -12,12 +14,18 @@ say() { echo "host-packages: $*"; }
 
 missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+[ -x /usr/bin/unattended-upgrade ] || missing+=(unattended-upgrades)
+[ -x /usr/sbin/needrestart ] || missing+=(needrestart)
+installed() {
+  say "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's#.*/##'), $(dpkg-query -W -f='${Package} ${Version}, ' \
+    unattended-upgrades needrestart | sed 's/, $//') are installed"
+}
 if [ "${#missing[@]}" -eq 0 ]; then
-  say "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's#.*/##') is installed"
+  installed
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get -q update >/dev/null
 apt-get -s install --no-install-recommends "${missing[@]}" | announce_new_packages host-packages
 with_no_service_starts apt-get -y -q install --no-install-recommends "${missing[@]}" >/dev/null
-say "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's#.*/##') is installed"
+installed

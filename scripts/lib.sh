@@ -29,6 +29,8 @@ package_purpose() {
     arch-test) echo "lets debootstrap check the architecture" ;;
     nginx) echo "the LAN proxy the tests run, on loopback" ;;
     nginx-common) echo "nginx's configuration and default site" ;;
+    unattended-upgrades) echo "the nightly upgrader the guard tests run on a fake root" ;;
+    needrestart) echo "the service restarter whose rig configuration the tests load" ;;
     lib*) echo "a library the others link" ;;
     *) echo "a dependency of the others" ;;
   esac

@@ -433,3 +433,20 @@ def test_the_schemas_name_the_same_checks_results_and_states_as_the_code():
         assert sorted(gate["properties"]["result"]["enum"]) == sorted(health.GATE_RESULTS)
     assert sorted(OUTCOME_SCHEMA["properties"]["state"]["enum"]) == sorted(health.OUTCOME_STATES)
     assert SCHEMA["properties"]["schema_version"]["const"] == health.REPORT_SCHEMA_VERSION
+
+
+def test_the_report_says_what_keeps_kernel_and_driver_to_maintenance_runs():
+    import base64
+
+    record = base64.b64encode(json.dumps({"held_by_role": [
+        "nvidia-utils-580-server", "linux-generic"]}).encode()).decode()
+    guarded = report_of(evidence(upgrade_guard={"stat": {"exists": True}},
+                                 driver_holds={"content": record}))
+    assert guarded["upgrades"] == {"unattended_upgrades_kept_away": True,
+                                   "held_by_role": ["linux-generic", "nvidia-utils-580-server"]}
+    # A rig the role never guarded, or whose record cannot be read, says so.
+    bare = report_of(evidence(upgrade_guard={"stat": {"exists": False}},
+                              driver_holds={"failed": True, "msg": "file not found"}))
+    assert bare["upgrades"] == {"unattended_upgrades_kept_away": False, "held_by_role": []}
+    torn = report_of(evidence(driver_holds={"content": base64.b64encode(b"{").decode()}))
+    assert torn["upgrades"]["held_by_role"] == []

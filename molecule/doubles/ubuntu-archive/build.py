@@ -240,6 +240,17 @@ def module_meta(abi, upload, upstream, respin, branch=BRANCH):
     )
 
 
+def unrelated_package(release, update):
+    """A package outside the kernel and the driver, so a guard that stops every upgrade shows."""
+    return _pkg(
+        "openssl",
+        f"3.0.13-0ubuntu3.{update}",
+        source="openssl",
+        section="utils",
+        files={"/usr/share/doc/openssl/version": f"{release}.{update}\n"},
+    )
+
+
 def archive(codename="noble", broken_module=None):
     """{suite: [package]} for the two suites described at the top."""
     release, kernels, drivers = RELEASES[codename]
@@ -251,6 +262,7 @@ def archive(codename="noble", broken_module=None):
             *driver_packages(first, release),
             *module_packages(abi1, up1, first, 1, broken=broken_module == abi1),
             module_meta(abi1, up1, first, 1),
+            unrelated_package(release, 1),
         ],
         f"{codename}-updates": [
             *kernel_packages(abi2, up2),
@@ -258,6 +270,7 @@ def archive(codename="noble", broken_module=None):
             *module_packages(abi1, up1, second, 2),
             *module_packages(abi2, up2, second, 1, broken=broken_module == abi2),
             module_meta(abi2, up2, second, 1),
+            unrelated_package(release, 4),
         ],
     }
 

@@ -4,6 +4,7 @@ checks returned into the report (files/schemas/health-report.schema.json), its f
 run's outcome (files/schemas/outcome.schema.json), in one call (pure; tested in
 tests/test_health_filters.py, tests/test_role_filters.py and tests/test_health_report.py)."""
 
+import base64
 import json
 import posixpath
 import re
@@ -731,7 +732,24 @@ def health_report(evidence):
         "gates": canary["gates"],
         "previous_speed": speed_baseline(health.get("baseline_report"),
                                          health.get("baseline_release"))[0],
+        "upgrades": upgrades_state(evidence.get("upgrade_guard"), evidence.get("driver_holds")),
     }
+
+
+def upgrades_state(guard_stat, holds_slurp):
+    """What keeps kernel and driver updates to maintenance runs on this rig, as read there:
+    {unattended_upgrades_kept_away: the role's blacklist file is in place, held_by_role: the
+    holds the role recorded (driver-holds.json), sorted}. Registered results in, so a read that
+    failed says "not kept away" and "none held" rather than guessing."""
+    kept_away = bool(((guard_stat or {}).get("stat") or {}).get("exists"))
+    held = []
+    content = (holds_slurp or {}).get("content")
+    if content:
+        try:
+            held = json.loads(base64.b64decode(content)).get("held_by_role") or []
+        except (ValueError, TypeError, AttributeError):
+            held = []
+    return {"unattended_upgrades_kept_away": kept_away, "held_by_role": sorted(map(str, held))}
 
 
 def health_verdict(evidence):
@@ -789,4 +807,5 @@ class FilterModule:
             "vllm_dual_fast_stopped_report": stopped_report,
             "vllm_dual_fast_outcome": run_outcome,
             "vllm_dual_fast_speed_reference": speed_reference,
+            "vllm_dual_fast_upgrades_state": upgrades_state,
         }

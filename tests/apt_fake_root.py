@@ -27,11 +27,13 @@ def _stanzas(text):
 
 
 class AptRoot:
-    """APT confined to `root`; `archive` is the double's OUTDIR, `suites` the enabled suites."""
+    """APT confined to `root`; `archive` is the Ubuntu archive double's OUTDIR (its `updates`
+    snapshot is used), `suites` the enabled suites."""
 
     def __init__(self, root: Path, archive: Path, suites):
         self.root = Path(root)
-        self.archive = Path(archive)
+        self.key = Path(archive) / "ubuntu-archive-keyring.gpg"
+        self.archive = Path(archive) / "updates" / "ubuntu"
         self.status = self.root / "var/lib/dpkg/status"
         for sub in (
             "etc/apt/apt.conf.d",
@@ -57,9 +59,11 @@ class AptRoot:
         self.set_suites(suites)
 
     def set_suites(self, suites):
-        key = self.archive / "ubuntu-archive-keyring.gpg"
         (self.root / "etc/apt/sources.list").write_text(
-            "".join(f"deb [signed-by={key}] file:{self.archive} {suite} main\n" for suite in suites)
+            "".join(
+                f"deb [signed-by={self.key}] file:{self.archive} {suite} main restricted\n"
+                for suite in suites
+            )
         )
         self.apt("update")
 

@@ -481,3 +481,54 @@ def test_smi_faults_exit_as_the_real_tool_does(smi_env, args):
     proc = smi(smi_env, *args, check=False)
     assert proc.returncode == 15 and "GPU is lost" in proc.stdout
     assert smi(smi_env, "--version").returncode == 0      # needs no driver
+
+
+# ------------------------------------------------------------------ booted by the kernel double
+
+
+def booted(tmp_path, smi_env, release="6.8.0-50-generic", module=None, libraries=()):
+    kernel, libs = tmp_path / "kernel-double", tmp_path / "lib"
+    kernel.mkdir()
+    libs.mkdir()
+    if release:
+        (kernel / "release").write_text(release + "\n")
+    if module:
+        (kernel / "nvidia-module").write_text(module + "\n")
+    for version in libraries:
+        (libs / f"libnvidia-ml.so.{version}").write_text(version)
+    (libs / "libnvidia-ml.so.1").write_text("link")   # the soname link, not a version
+    return {**smi_env, "NVIDIA_SMI_DOUBLE_KERNEL_DIR": str(kernel),
+            "NVIDIA_SMI_DOUBLE_LIB_DIR": str(libs)}
+
+
+def test_a_kernel_booted_with_its_module_reports_the_module_s_driver(tmp_path, smi_env):
+    env = booted(tmp_path, smi_env, module="580.105.08", libraries=["580.105.08"])
+    out = smi(env, "--query-gpu=driver_version", "--format=csv,noheader").stdout
+    assert out.splitlines() == ["580.105.08", "580.105.08"]
+
+
+def test_a_kernel_booted_without_a_module_has_no_driver(tmp_path, smi_env):
+    env = booted(tmp_path, smi_env, module=None, libraries=["580.95.05"])
+    proc = smi(env, "-L", check=False)
+    assert proc.returncode == 9 and "couldn't communicate with the NVIDIA driver" in proc.stdout
+
+
+def test_libraries_newer_than_the_loaded_module_are_nvml_s_version_mismatch(tmp_path, smi_env):
+    env = booted(tmp_path, smi_env, module="580.95.05", libraries=["580.105.08"])
+    proc = smi(env, "--query-gpu=driver_version", "--format=csv", check=False)
+    assert proc.returncode == 18
+    assert proc.stdout.splitlines() == [
+        "Failed to initialize NVML: Driver/library version mismatch",
+        "NVML library version: 580.105",
+    ]
+
+
+def test_no_nvml_library_installed_is_its_own_error(tmp_path, smi_env):
+    proc = smi(booted(tmp_path, smi_env, module="580.95.05"), "-L", check=False)
+    assert proc.returncode == 12 and "couldn't find libnvidia-ml.so" in proc.stdout
+
+
+def test_without_a_booted_kernel_the_double_answers_as_configured(tmp_path, smi_env):
+    env = booted(tmp_path, smi_env, release=None)
+    out = smi(env, "--query-gpu=driver_version", "--format=csv,noheader").stdout
+    assert out.splitlines() == ["580.95.05", "580.95.05"]

@@ -96,7 +96,8 @@ def provisioned_rig(tmp_path, archive):
 
 
 def test_the_archive_double_has_canonicals_dependency_shapes(archive):
-    packages = (archive / "dists/noble-updates/main/binary-amd64/Packages").read_text()
+    dists = archive / "updates/ubuntu/dists"
+    packages = (dists / "noble-updates/restricted/binary-amd64/Packages").read_text()
     module = packages.split(f"Package: linux-modules-nvidia-{BRANCH}-server-6.8.0-51-generic\n")[1]
     assert "nvidia-kernel-common-580-server (>= 580.105.08)" in module.split("\n\n")[0]
     utils = packages.split(f"Package: nvidia-utils-{BRANCH}-server\n")[1].split("\n\n")[0]

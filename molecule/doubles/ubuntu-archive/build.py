@@ -5,21 +5,20 @@ from Canonical's nvidia-graphics-drivers debian/control and `apt show` of linux-
 packages; every known difference: README.md next to this file). The packages drive nothing: their
 files are marker files that the other doubles (the kernel double, nvidia-smi) read.
 
-    OUTDIR/ubuntu-archive-keyring.gpg          the throw-away signing key's public half (binary)
-    OUTDIR/dists/<codename>[-updates]/{Release,InRelease}
-    OUTDIR/dists/<suite>/main/binary-amd64/Packages
-    OUTDIR/pool/main/*.deb
+    OUTDIR/ubuntu-archive-keyring.gpg      the throw-away signing key's public half (binary)
+    OUTDIR/<snapshot>/ubuntu/dists/<codename>{,-updates,-security}/{Release,InRelease}
+    OUTDIR/<snapshot>/ubuntu/dists/<suite>/{main,restricted,universe,multiverse}/binary-amd64/Packages
+    OUTDIR/<snapshot>/ubuntu/pool/<component>/*.deb
 
-Two suites model "a good install, then months later":
-  <codename>          kernel ABI 1 and driver point release 1 (the rig's install)
-  <codename>-updates  kernel ABI 2 and driver point release 2, each kernel's module package built
-                      against the driver in the archive at its build: ABI 2's module needs point
-                      release 2; ABI 1's module is respun for point release 2 (`+2`), as
-                      Canonical respins linux-restricted-modules for kernels still in the archive.
+Each snapshot is the archive at one moment (archive() says which); all are signed by one key,
+so a rig whose sources name .../current/ubuntu/ sees an update published when the `current`
+link moves from `first` to `updates` (or `broken`, then `fixed`). Each kernel's module package is
+built against the driver in the archive at its build: ABI 2's module needs point release 2; ABI
+1's is respun for point release 2 (`+2`), as Canonical respins linux-restricted-modules for
+kernels still in the archive. The kernel packages run update-grub as Ubuntu's kernel hooks do;
+nvidia-utils ships the nvidia-smi double.
 
-Usage: build.py OUTDIR [--codename noble] [--broken-module ABI]
-  --broken-module ABI   that ABI's module package fails in its postinst (a module that does not
-                        install), for the maintenance run's fault test.
+Usage: build.py OUTDIR [--codename noble|jammy]
 Re-running with unchanged inputs prints "up to date" and changes nothing. Needs dpkg-deb and gpg.
 """
 
@@ -44,6 +43,19 @@ RELEASES = {
     "jammy": ("22.04", [("5.15.0-126", 136), ("5.15.0-127", 137)], ["580.95.05", "580.105.08"]),
 }
 FLAVOUR = "generic"
+SMI_DOUBLE = Path(__file__).resolve().parent.parent / "nvidia-smi-double"
+PERSISTENCED_UNIT = """[Unit]
+Description=TEST DOUBLE of NVIDIA Persistence Daemon (does nothing)
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/true
+
+[Install]
+WantedBy=multi-user.target
+"""
+UPDATE_GRUB = "if [ -x /usr/sbin/update-grub ]; then /usr/sbin/update-grub; fi\n"
 EPOCH = int(os.environ.get("SOURCE_DATE_EPOCH", "1748563200"))
 
 
@@ -56,6 +68,7 @@ def _pkg(
     conflicts=(),
     files=None,
     postinst="",
+    postrm="",
     arch=ARCH,
     source=None,
     section="misc",
@@ -69,6 +82,7 @@ def _pkg(
         "conflicts": list(conflicts),
         "files": dict(files or {}),
         "postinst": postinst,
+        "postrm": postrm,
         "source": source or name,
         "section": section,
     }
@@ -111,7 +125,14 @@ def driver_packages(upstream, release, branch=BRANCH):
             files={f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{upstream}": f"{upstream}\n"},
         ),
         _pkg(f"libnvidia-cfg1-{b}", v, source=src),
-        _pkg(f"nvidia-compute-utils-{b}", v, source=src, depends=[f"libnvidia-compute-{b}"]),
+        # The real package ships nvidia-persistenced and its unit; the double's unit does nothing.
+        _pkg(
+            f"nvidia-compute-utils-{b}",
+            v,
+            source=src,
+            depends=[f"libnvidia-compute-{b}"],
+            files={"/usr/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT},
+        ),
         _pkg(
             f"nvidia-utils-{b}",
             v,
@@ -119,7 +140,9 @@ def driver_packages(upstream, release, branch=BRANCH):
             depends=[exact_common],
             provides=["nvidia-utils", "nvidia-smi"],
             conflicts=["nvidia-utils", "nvidia-smi"],
-            files={f"/usr/share/doc/nvidia-utils-{b}/version": f"{upstream}\n"},
+            # nvidia-smi is the project's double: it answers as the kernel double's boot left the
+            # module and these libraries (molecule/doubles/nvidia-smi-double).
+            files={"/usr/bin/nvidia-smi": (SMI_DOUBLE.read_text(), 0o755)},
         ),
         _pkg(
             f"nvidia-headless-no-dkms-{b}",
@@ -153,6 +176,9 @@ def kernel_packages(abi, upload):
                 f"/boot/vmlinuz-{k}": f"TEST DOUBLE kernel {k}\n",
                 f"/lib/modules/{k}/modules.order": "",
             },
+            # As Ubuntu's kernel hooks (/etc/kernel/postinst.d/zz-update-grub) do.
+            postinst=UPDATE_GRUB,
+            postrm=UPDATE_GRUB,
         ),
         _pkg(
             f"linux-headers-{k}",
@@ -196,14 +222,16 @@ def module_packages(abi, upload, upstream, respin, branch=BRANCH, broken=False):
         f"TEST DOUBLE nvidia.ko\nversion={upstream}\nkernel={k}\n"
         "signer=Canonical Ltd. Kernel Module Signing\n"
     )
+    staged = f"/usr/lib/linux-restricted-modules-double/{k}/nvidia.ko"
+    module = f"/lib/modules/{k}/kernel/nvidia-{branch}srv/nvidia.ko"
+    # The real postinst links and signs the module into /lib/modules; the double copies it
+    # there, so a postinst that fails leaves the kernel without it, as a real one would.
     fail = (
-        (
-            f"echo \"modprobe: ERROR: could not insert 'nvidia': Key was rejected by service "
-            f'({k}, TEST DOUBLE fault)" >&2\nexit 1\n'
-        )
-        if broken
-        else ""
+        f'echo "linux-restricted-modules: linking nvidia.ko for {k} failed'
+        ' (TEST DOUBLE fault)" >&2\n'
+        "exit 1\n"
     )
+    postinst = fail if broken else f"mkdir -p {module.rsplit('/', 1)[0]}\ncp {staged} {module}\n"
     return [
         _pkg(f"linux-signatures-nvidia-{k}", version, source="linux-restricted-modules"),
         _pkg(f"linux-objects-nvidia-{b}-{k}", version, source="linux-restricted-modules"),
@@ -212,7 +240,8 @@ def module_packages(abi, upload, upstream, respin, branch=BRANCH, broken=False):
             version,
             source="linux-restricted-modules",
             section="kernel",
-            postinst=fail,
+            postinst=postinst,
+            postrm=f'if [ "$1" = remove ] || [ "$1" = purge ]; then rm -f {module}; fi\n',
             depends=[
                 f"linux-image-{k} | linux-image-unsigned-{k}",
                 f"linux-signatures-nvidia-{k} (= {version})",
@@ -220,7 +249,7 @@ def module_packages(abi, upload, upstream, respin, branch=BRANCH, broken=False):
                 f"nvidia-kernel-common-{b} (<= {upstream}-1)",
                 f"nvidia-kernel-common-{b} (>= {upstream})",
             ],
-            files={f"/lib/modules/{k}/kernel/nvidia-{branch}srv/nvidia.ko": ko},
+            files={staged: ko},
         ),
     ]
 
@@ -251,27 +280,39 @@ def unrelated_package(release, update):
     )
 
 
-def archive(codename="noble", broken_module=None):
-    """{suite: [package]} for the two suites described at the top."""
+SNAPSHOTS = ("first", "updates", "broken", "fixed")
+
+
+def archive(codename="noble", snapshot="updates"):
+    """{suite: [package]} as published at one moment (one version per package and suite, as in
+    Canonical's indexes):
+      first    the release suite only: kernel ABI 1, driver point release 1 (a rig's install);
+      updates  -updates adds ABI 2 and point release 2, ABI 1's module respun for it (+2);
+      broken   the same, but ABI 2's module fails in its postinst (a module that will not install);
+      fixed    the same, with ABI 2's module and its meta published again (+2), installing.
+    -security stays empty (a Release file only)."""
     release, kernels, drivers = RELEASES[codename]
     (abi1, up1), (abi2, up2) = kernels
     first, second = drivers
+    respin = 2 if snapshot == "fixed" else 1
+    updates = [
+        *kernel_packages(abi2, up2),
+        *driver_packages(second, release),
+        *module_packages(abi1, up1, second, 2),
+        *module_packages(abi2, up2, second, respin, broken=snapshot == "broken"),
+        module_meta(abi2, up2, second, respin),
+        unrelated_package(release, 4),
+    ]
     return {
         codename: [
             *kernel_packages(abi1, up1),
             *driver_packages(first, release),
-            *module_packages(abi1, up1, first, 1, broken=broken_module == abi1),
+            *module_packages(abi1, up1, first, 1),
             module_meta(abi1, up1, first, 1),
             unrelated_package(release, 1),
         ],
-        f"{codename}-updates": [
-            *kernel_packages(abi2, up2),
-            *driver_packages(second, release),
-            *module_packages(abi1, up1, second, 2),
-            *module_packages(abi2, up2, second, 1, broken=broken_module == abi2),
-            module_meta(abi2, up2, second, 1),
-            unrelated_package(release, 4),
-        ],
+        f"{codename}-updates": [] if snapshot == "first" else updates,
+        f"{codename}-security": [],
     }
 
 
@@ -299,19 +340,23 @@ def _build_deb(pkg, stage, pool):
     root = stage / f"{pkg['name']}_{pkg['version']}"
     (root / "DEBIAN").mkdir(parents=True)
     (root / "DEBIAN" / "control").write_text(_control(pkg))
-    if pkg["postinst"]:
-        script = root / "DEBIAN" / "postinst"
-        script.write_text("#!/bin/sh\nset -e\n" + pkg["postinst"])
-        script.chmod(0o755)
+    for name in ("postinst", "postrm"):
+        if pkg.get(name):
+            script = root / "DEBIAN" / name
+            script.write_text("#!/bin/sh\nset -e\n" + pkg[name])
+            script.chmod(0o755)
     doc = root / "usr" / "share" / "doc" / pkg["name"] / "README.test-double"
     doc.parent.mkdir(parents=True)
     doc.write_text("TEST DOUBLE built by vllm-dual-fast's molecule/doubles/ubuntu-archive.\n")
-    for path, text in pkg["files"].items():
+    for path, content in pkg["files"].items():
+        text, mode = content if isinstance(content, tuple) else (content, 0o644)
         target = root / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
+        target.chmod(mode)
     for path in root.rglob("*"):
         os.utime(path, (EPOCH, EPOCH), follow_symlinks=False)
+    pool.mkdir(parents=True, exist_ok=True)
     deb = pool / f"{pkg['name']}_{pkg['version'].replace(':', '%3a')}_{pkg['arch']}.deb"
     subprocess.run(
         ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
@@ -329,15 +374,15 @@ def _packages_entry(pkg, deb, outdir):
     )
 
 
-def _release(suite, files):
+def _release(suite, files, published):
     lines = [
         "Origin: Ubuntu (TEST DOUBLE)",
         "Label: Ubuntu (TEST DOUBLE)",
         f"Suite: {suite}",
         f"Codename: {suite}",
         "Architectures: amd64",
-        "Components: main",
-        f"Date: {email.utils.formatdate(EPOCH, usegmt=True)}",
+        f"Components: {' '.join(COMPONENTS)}",
+        f"Date: {email.utils.formatdate(published, usegmt=True)}",
         "SHA256:",
     ]
     for rel, data in files.items():
@@ -345,38 +390,70 @@ def _release(suite, files):
     return "\n".join(lines) + "\n"
 
 
-def _inputs_digest(codename, broken_module):
-    here = Path(__file__).read_bytes()
-    return hashlib.sha256(here + json.dumps([codename, broken_module, EPOCH]).encode()).hexdigest()
+def _inputs_digest(codename):
+    here = Path(__file__).read_bytes() + SMI_DOUBLE.read_bytes()
+    return hashlib.sha256(here + json.dumps([codename, EPOCH]).encode()).hexdigest()
 
 
-def build(outdir, codename="noble", broken_module=None):
+COMPONENTS = ("main", "restricted", "universe", "multiverse")
+
+
+def component(pkg):
+    """Canonical's: the NVIDIA driver and linux-restricted-modules are in restricted."""
+    restricted = pkg["source"].startswith("nvidia-graphics-drivers") or (
+        pkg["source"] == "linux-restricted-modules"
+    )
+    return "restricted" if restricted else "main"
+
+
+def _write_snapshot(work, root, suites, published):
+    """One snapshot's repository. `published` (epoch seconds) dates its Release files and their
+    mtimes: APT asks the server If-Modified-Since, so a later snapshot must be newer, as each
+    publication of a real archive is."""
+    pool = root / "pool"
+    for suite, packages in suites.items():
+        files = {}
+        for comp in COMPONENTS:
+            index = "".join(
+                _packages_entry(
+                    p, _build_deb(p, work / "stage" / root.parent.name / suite, pool / comp), root
+                )
+                for p in packages
+                if component(p) == comp
+            )
+            rel = f"{comp}/binary-{ARCH}/Packages"
+            (root / "dists" / suite / rel).parent.mkdir(parents=True)
+            (root / "dists" / suite / rel).write_text(index)
+            files[rel] = index.encode()
+        (root / "dists" / suite / "Release").write_text(_release(suite, files, published))
+
+
+def build(outdir, codename="noble"):
+    """OUTDIR/<snapshot>/ubuntu/{dists,pool} for each of SNAPSHOTS, signed by one throw-away
+    key (OUTDIR/ubuntu-archive-keyring.gpg): a rig's sources name .../<snapshot>/ubuntu/, and
+    moving a link from `first` to `all` publishes the updates."""
     outdir = Path(outdir).resolve()
-    digest = _inputs_digest(codename, broken_module)
+    digest = _inputs_digest(codename)
     stamp = outdir / ".build-inputs.sha256"
     if stamp.is_file() and stamp.read_text().strip() == digest:
         return f"build.py: {outdir} up to date (inputs {digest[:12]})"
     with tempfile.TemporaryDirectory(prefix="ubuntu-archive-double.") as work:
         work = Path(work)
         out = work / "out"
-        pool = out / "pool" / "main"
-        pool.mkdir(parents=True)
-        for suite, packages in archive(codename, broken_module).items():
-            index = "".join(
-                _packages_entry(p, _build_deb(p, work / "stage" / suite, pool), out)
-                for p in packages
-            )
-            rel = f"main/binary-{ARCH}/Packages"
-            (out / "dists" / suite / rel).parent.mkdir(parents=True)
-            (out / "dists" / suite / rel).write_text(index)
-            (out / "dists" / suite / "Release").write_text(_release(suite, {rel: index.encode()}))
+        for day, name in enumerate(SNAPSHOTS):
+            root = out / name / "ubuntu"
+            root.mkdir(parents=True)
+            _write_snapshot(work, root, archive(codename, name), EPOCH + day * 86400)
         _sign(work, out)
+        for day, name in enumerate(SNAPSHOTS):
+            for path in (out / name / "ubuntu" / "dists").rglob("*"):
+                os.utime(path, (EPOCH + day * 86400,) * 2)
         (out / ".build-inputs.sha256").write_text(digest + "\n")
         outdir.mkdir(parents=True, exist_ok=True)
         for child in outdir.iterdir():
             shutil.rmtree(child) if child.is_dir() else child.unlink()
         shutil.copytree(out, outdir, dirs_exist_ok=True)
-    return f"build.py: built {outdir} ({codename}, broken module: {broken_module or 'none'})"
+    return f"build.py: built {outdir} ({codename}: {', '.join(SNAPSHOTS)})"
 
 
 def _sign(work, out):
@@ -406,7 +483,7 @@ def _sign(work, out):
         check=True,
         capture_output=True,
     )
-    for release in (out / "dists").glob("*/Release"):
+    for release in out.glob("*/ubuntu/dists/*/Release"):
         subprocess.run(
             [*gpg, "--yes", "--clearsign", "-o", str(release.with_name("InRelease")), str(release)],
             check=True,
@@ -421,9 +498,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("outdir")
     parser.add_argument("--codename", default="noble", choices=sorted(RELEASES))
-    parser.add_argument("--broken-module", metavar="ABI", default=None)
     args = parser.parse_args(argv)
-    print(build(args.outdir, args.codename, args.broken_module))
+    print(build(args.outdir, args.codename))
 
 
 if __name__ == "__main__":

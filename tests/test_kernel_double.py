@@ -1,0 +1,104 @@
+"""The kernel double of the Ubuntu-shaped rig (molecule/images/ubuntu-target/vdf-kernel-double):
+GRUB's choice of kernel at each boot, grub-reboot's one-time entry, update-grub's menu, and the
+module a boot loads. Run as a program with its folders redirected into tmp_path."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DOUBLE = Path(__file__).resolve().parents[1] / "molecule/images/ubuntu-target/vdf-kernel-double"
+UUID = "0b5e6c1a-3090-4e2d-9d11-000000000001"
+
+
+@pytest.fixture
+def machine(tmp_path):
+    env = {**os.environ, "VDF_KERNEL_DOUBLE_BIND_BOOT_ID": "0"}
+    for name in ("boot", "run", "modules", "log"):
+        (tmp_path / name).mkdir()
+        env[f"VDF_KERNEL_DOUBLE_{name.upper()}"] = str(tmp_path / name)
+    return tmp_path, env
+
+
+def call(env, *args):
+    proc = subprocess.run([sys.executable, str(DOUBLE), *args], env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def install_kernel(root, kernel, module=None):
+    (root / "boot" / f"vmlinuz-{kernel}").write_text("TEST DOUBLE kernel\n")
+    if module:
+        ko = root / "modules" / kernel / "kernel/nvidia-580srv/nvidia.ko"
+        ko.parent.mkdir(parents=True)
+        ko.write_text(f"TEST DOUBLE nvidia.ko\nversion={module}\n")
+
+
+def booted(root):
+    release = (root / "run/release").read_text().strip()
+    module = root / "run/nvidia-module"
+    return release, module.read_text().strip() if module.exists() else None
+
+
+def test_a_boot_takes_the_newest_kernel_and_its_module(machine):
+    root, env = machine
+    install_kernel(root, "6.8.0-50-generic", "580.95.05")
+    install_kernel(root, "6.8.0-9-generic")      # version order, not text order
+    call(env, "update-grub")
+    call(env, "boot")
+    assert booted(root) == ("6.8.0-50-generic", "580.95.05")
+
+
+def test_grub_reboot_picks_the_next_boot_once(machine):
+    root, env = machine
+    install_kernel(root, "6.8.0-50-generic", "580.95.05")
+    install_kernel(root, "6.8.0-51-generic")
+    call(env, "update-grub")
+    call(env, "grub-reboot",
+         f"gnulinux-advanced-{UUID}>gnulinux-6.8.0-50-generic-advanced-{UUID}")
+    assert len((root / "boot/grub/grubenv").read_bytes()) == 1024
+    call(env, "boot")
+    assert booted(root) == ("6.8.0-50-generic", "580.95.05")
+    for stale in ("release", "nvidia-module"):
+        (root / "run" / stale).unlink(missing_ok=True)
+    call(env, "boot")      # the entry was used once: the next boot is entry 0 again
+    assert booted(root) == ("6.8.0-51-generic", None)
+    log = (root / "log/boots.log").read_text().splitlines()
+    assert "via next_entry gnulinux-advanced" in log[0] and log[1].endswith("via default")
+
+
+def test_titles_and_numbers_name_entries_as_grub_reads_them(machine):
+    root, env = machine
+    install_kernel(root, "6.8.0-50-generic")
+    install_kernel(root, "6.8.0-51-generic")
+    call(env, "update-grub")
+    call(env, "grub-reboot", "Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-50-generic")
+    call(env, "boot")
+    assert booted(root)[0] == "6.8.0-50-generic"
+    call(env, "grub-reboot", "1>2")
+    call(env, "boot")
+    assert booted(root)[0] == "6.8.0-50-generic"
+    call(env, "grub-reboot", "no such entry")
+    out = call(env, "boot")
+    assert booted(root)[0] == "6.8.0-51-generic" and "names nothing" in out
+
+
+def test_update_grub_writes_ubuntu_s_menu_ids(machine):
+    root, env = machine
+    install_kernel(root, "6.8.0-51-generic")
+    call(env, "update-grub")
+    cfg = (root / "boot/grub/grub.cfg").read_text()
+    ids = re.findall(r"\$menuentry_id_option '([^']+)'", cfg)
+    assert ids == [f"gnulinux-simple-{UUID}", f"gnulinux-advanced-{UUID}",
+                   f"gnulinux-6.8.0-51-generic-advanced-{UUID}",
+                   f"gnulinux-6.8.0-51-generic-recovery-{UUID}"]
+
+
+def test_with_no_kernel_installed_the_host_s_kernel_shows(machine):
+    root, env = machine
+    call(env, "boot")
+    assert not (root / "run/release").exists() and (root / "run/boot_id").exists()

@@ -1,0 +1,148 @@
+"""Pure helpers for the maintenance run (tasks/maintain.yml): what APT would do, which kernel
+GRUB boots, how to name the previous one for grub-reboot, and the one builder of the run's
+result (files/schemas/maintenance.schema.json). Tested in tests/test_maintenance_filters.py."""
+
+import re
+
+MAINTENANCE_STATES = ("maintained", "maintenance-failed", "unchanged")
+_ACTION = re.compile(r"^(Inst|Remv|Purg) (\S+)(?: \[([^\]]+)\])?(?: \((\S+))?")
+_MENU_ID = re.compile(
+    r"^\s*(submenu|menuentry) '((?:[^'\\]|\\.)*)'.*\$menuentry_id_option '([^']+)'"
+)
+LINES = 20
+
+
+def apt_simulation(stdout):
+    """What `apt-get -s install ...` would do: {install: [{name, from, to}], remove: [names]}.
+    `from` is empty for a package new to the rig (a kernel ABI is always new)."""
+    install, remove = [], []
+    for line in (stdout or "").splitlines():
+        found = _ACTION.match(line)
+        if not found:
+            continue
+        verb, name, old, new = found.groups()
+        if verb == "Inst":
+            install.append({"name": name, "from": old or "", "to": new or ""})
+        else:
+            remove.append(name)
+    return {"install": install, "remove": remove}
+
+
+def _version_key(kernel):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", kernel) if part]
+
+
+def newest_kernel(vmlinuz):
+    """The kernel GRUB's entry 0 boots: the newest of /boot/vmlinuz-<release> (paths or names),
+    by version order as GRUB's version_sort; "" when none is installed."""
+    kernels = [str(path).rsplit("/", 1)[-1].removeprefix("vmlinuz-") for path in vmlinuz or []]
+    kernels = [k for k in kernels if k and not k.endswith((".old", ".bak"))]
+    return max(kernels, key=_version_key) if kernels else ""
+
+
+def grub_entry(grub_cfg, kernel):
+    """The grub-reboot name of the normal (not recovery) entry of `kernel` in a grub.cfg written
+    by grub-mkconfig's 10_linux (Debian and Ubuntu): `<submenu id>><entry id>`, ids being stable
+    where titles are translated; "" when the menu has no such entry."""
+    submenu = ""
+    depth = 0
+    for line in (grub_cfg or "").splitlines():
+        found = _MENU_ID.match(line)
+        if found:
+            kind, _title, ident = found.groups()
+            if kind == "submenu":
+                submenu = ident
+            elif ident.startswith(f"gnulinux-{kernel}-advanced-"):
+                return f"{submenu}>{ident}" if submenu and depth > 0 else ident
+        depth += line.count("{") - line.count("}")
+        if depth == 0:
+            submenu = ""
+    return ""
+
+
+def module_file_for(find_stdout, kernel):
+    """Whether `find /lib/modules/<kernel> -name 'nvidia.ko*'` found the NVIDIA module of that
+    kernel (Ubuntu's signed module package, or what DKMS built)."""
+    return any(f"/lib/modules/{kernel}/" in line for line in (find_stdout or "").splitlines())
+
+
+def _tail(lines, limit=LINES):
+    return [str(line)[:300] for line in (lines or [])][-limit:]
+
+
+def phase_durations(marks):
+    """{phase: seconds} from [[phase, epoch seconds when it ended], ...] in order, the first
+    being the run's start: each phase lasted from the mark before it to its own."""
+    marks = [(str(name), float(at)) for name, at in marks or []]
+    return {name: round(at - marks[i][1], 1) for i, (name, at) in enumerate(marks[1:])}
+
+
+def maintenance_result(state, reason="", kernel_before="", kernel_after="", driver_before="",
+                       driver_after="", packages=None, apt_lines=None, kernel_log=None,
+                       fell_back=False, marks=None):
+    """What one maintenance run did to a rig (files/schemas/maintenance.schema.json): the one
+    builder of `vllm_dual_fast_maintenance` and of maintenance.json on the rig."""
+    if state not in MAINTENANCE_STATES:
+        raise ValueError(f"unknown maintenance state {state!r} ({', '.join(MAINTENANCE_STATES)})")
+    return {
+        "state": state,
+        "reason": " ".join(str(reason or "").split())[:300],
+        "kernel_before": str(kernel_before or ""),
+        "kernel_after": str(kernel_after or ""),
+        "driver_before": str(driver_before or ""),
+        "driver_after": str(driver_after or ""),
+        "packages": sorted(str(p) for p in (packages or [])),
+        "fell_back_to_previous_kernel": bool(fell_back),
+        "apt_lines": _tail(apt_lines),
+        "kernel_log": _tail(kernel_log),
+        "phases_s": phase_durations(marks),
+    }
+
+
+def maintenance_verdict(evidence):
+    """The result of a maintenance run that upgraded (maintain_apply.yml's one call), from:
+    kernel_before, driver_before, next_kernel (what GRUB boots by default after the upgrade),
+    kernel_after, driver_after ('' when the GPUs do not answer), satisfied (the driver answers
+    and is new enough), apt_failed, apt_lines, smi_lines (what nvidia-smi said), fell_back,
+    packages, marks (phase_durations' input), health_failure (why the serving release failed
+    health afterwards, '' when it passed or nothing serves). `maintained` only when APT
+    finished, the GPUs answer on the new kernel and what serves passes health."""
+    ev = evidence or {}
+    nxt, after = ev.get("next_kernel") or "", ev.get("kernel_after") or ""
+    smi = next((line for line in ev.get("smi_lines") or [] if str(line).strip()), "")
+    if ev.get("apt_failed"):
+        last = next((line for line in reversed(ev.get("apt_lines") or []) if str(line).strip()), "")
+        reason = f"APT did not finish the upgrade: {last or 'no output'}"
+    elif not ev.get("satisfied"):
+        reason = f"the GPUs did not answer on kernel {after}: {smi or 'nvidia-smi said nothing'}"
+    elif after != nxt:
+        reason = f"kernel {nxt} has no NVIDIA module; the rig runs {after}"
+    elif ev.get("health_failure"):
+        reason = f"the serving release failed health after the upgrade: {ev['health_failure']}"
+    else:
+        reason = ""
+    if not reason:
+        state = "maintained"
+    else:
+        state = "maintenance-failed"
+        if ev.get("satisfied") and ev.get("fell_back"):
+            reason += f" (the previous kernel {after} serves, driver {ev.get('driver_after')})"
+    return maintenance_result(
+        state, reason=reason, kernel_before=ev.get("kernel_before"), kernel_after=after,
+        driver_before=ev.get("driver_before"),
+        driver_after=ev.get("driver_after") if ev.get("satisfied") else "",
+        packages=ev.get("packages"), apt_lines=ev.get("apt_lines") if ev.get("apt_failed") else [],
+        kernel_log=[] if state == "maintained" else ev.get("smi_lines"),
+        fell_back=ev.get("fell_back"), marks=ev.get("marks"))
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "vllm_dual_fast_apt_simulation": apt_simulation,
+            "vllm_dual_fast_newest_kernel": newest_kernel,
+            "vllm_dual_fast_grub_entry": grub_entry,
+            "vllm_dual_fast_module_file_for": module_file_for,
+            "vllm_dual_fast_maintenance_result": maintenance_result,
+            "vllm_dual_fast_maintenance_verdict": maintenance_verdict,
+        }

@@ -1,0 +1,180 @@
+# ruff: noqa: E501  (apt-get and grub.cfg lines verbatim)
+"""The maintenance run's pure helpers (filter_plugins/vllm_dual_fast_maintenance.py) on what the
+real tools print: `apt-get -s`, /boot, a grub.cfg as grub-mkconfig's 10_linux writes it on Ubuntu
+and on Debian, `find /lib/modules`."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    "vdf_maintenance", ROOT / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_maintenance.py")
+mnt = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mnt)
+SCHEMA = json.loads((ROOT / "files/schemas/maintenance.schema.json").read_text())
+KERNEL_DOUBLE = ROOT / "molecule/images/ubuntu-target/vdf-kernel-double"
+
+APT_SIMULATION = """\
+Reading package lists...
+Building dependency tree...
+The following NEW packages will be installed:
+  linux-image-6.8.0-51-generic linux-modules-nvidia-580-server-6.8.0-51-generic
+Inst linux-image-6.8.0-51-generic (6.8.0-51.52 Ubuntu:24.04/noble-updates [amd64])
+Inst nvidia-utils-580-server [580.95.05-0ubuntu0.24.04.1] (580.105.08-0ubuntu0.24.04.1 Ubuntu:24.04/noble-updates [amd64]) []
+Remv linux-modules-nvidia-580-server-6.8.0-49-generic [6.8.0-49.50+1]
+Conf linux-image-6.8.0-51-generic (6.8.0-51.52 Ubuntu:24.04/noble-updates [amd64])
+"""
+
+# A Debian 12 grub.cfg's menu, as update-grub writes it (ids carry the root file system's UUID).
+DEBIAN_GRUB = """\
+menuentry 'Debian GNU/Linux' --class debian --class gnu-linux --class gnu --class os $menuentry_id_option 'gnulinux-simple-5f1c' {
+	linux	/boot/vmlinuz-6.1.0-28-amd64 root=UUID=5f1c ro  quiet
+}
+submenu 'Advanced options for Debian GNU/Linux' $menuentry_id_option 'gnulinux-advanced-5f1c' {
+	menuentry 'Debian GNU/Linux, with Linux 6.1.0-28-amd64' --class debian $menuentry_id_option 'gnulinux-6.1.0-28-amd64-advanced-5f1c' {
+		linux	/boot/vmlinuz-6.1.0-28-amd64 root=UUID=5f1c ro  quiet
+	}
+	menuentry 'Debian GNU/Linux, with Linux 6.1.0-28-amd64 (recovery mode)' --class debian $menuentry_id_option 'gnulinux-6.1.0-28-amd64-recovery-5f1c' {
+		linux	/boot/vmlinuz-6.1.0-28-amd64 root=UUID=5f1c ro single
+	}
+	menuentry 'Debian GNU/Linux, with Linux 6.1.0-27-amd64' --class debian $menuentry_id_option 'gnulinux-6.1.0-27-amd64-advanced-5f1c' {
+		linux	/boot/vmlinuz-6.1.0-27-amd64 root=UUID=5f1c ro  quiet
+	}
+}
+menuentry 'UEFI Firmware Settings' $menuentry_id_option 'uefi-firmware' {
+	fwsetup
+}
+"""
+
+
+def test_apt_s_lines_become_what_would_be_installed_and_removed():
+    plan = mnt.apt_simulation(APT_SIMULATION)
+    assert plan["install"] == [
+        {"name": "linux-image-6.8.0-51-generic", "from": "", "to": "6.8.0-51.52"},
+        {"name": "nvidia-utils-580-server", "from": "580.95.05-0ubuntu0.24.04.1",
+         "to": "580.105.08-0ubuntu0.24.04.1"},
+    ]
+    assert plan["remove"] == ["linux-modules-nvidia-580-server-6.8.0-49-generic"]
+    assert mnt.apt_simulation("0 upgraded, 0 newly installed\n") == {"install": [], "remove": []}
+
+
+def test_the_newest_kernel_is_grub_s_entry_zero_in_version_order():
+    assert mnt.newest_kernel(["/boot/vmlinuz-6.8.0-9-generic", "/boot/vmlinuz-6.8.0-51-generic",
+                              "/boot/vmlinuz-6.8.0-50-generic"]) == "6.8.0-51-generic"
+    assert mnt.newest_kernel(["vmlinuz-6.1.0-28-amd64", "vmlinuz-6.12.9-amd64"]) == "6.12.9-amd64"
+    assert mnt.newest_kernel([]) == ""
+
+
+def test_the_previous_kernel_is_named_by_grub_s_stable_ids():
+    assert mnt.grub_entry(DEBIAN_GRUB, "6.1.0-27-amd64") == (
+        "gnulinux-advanced-5f1c>gnulinux-6.1.0-27-amd64-advanced-5f1c")
+    assert mnt.grub_entry(DEBIAN_GRUB, "6.1.0-2-amd64") == ""
+    assert mnt.grub_entry("", "6.1.0-27-amd64") == ""
+
+
+def test_the_name_resolves_to_that_kernel_in_the_kernel_double(tmp_path):
+    """The name the role passes to grub-reboot boots that kernel (GRUB's rules, in the double)."""
+    env = {"VDF_KERNEL_DOUBLE_BIND_BOOT_ID": "0", "PATH": "/usr/bin:/bin"}
+    for name in ("boot", "run", "modules", "log"):
+        (tmp_path / name).mkdir()
+        env[f"VDF_KERNEL_DOUBLE_{name.upper()}"] = str(tmp_path / name)
+    for kernel in ("6.8.0-50-generic", "6.8.0-51-generic"):
+        (tmp_path / "boot" / f"vmlinuz-{kernel}").write_text("")
+
+    def run(*args):
+        subprocess.run([sys.executable, str(KERNEL_DOUBLE), *args], env=env, check=True,
+                       capture_output=True)
+
+    run("update-grub")
+    entry = mnt.grub_entry((tmp_path / "boot/grub/grub.cfg").read_text(), "6.8.0-50-generic")
+    assert entry
+    run("grub-reboot", entry)
+    run("boot")
+    assert (tmp_path / "run/release").read_text().strip() == "6.8.0-50-generic"
+
+
+def test_a_module_is_found_only_for_its_own_kernel():
+    found = "/lib/modules/6.8.0-50-generic/kernel/nvidia-580srv/nvidia.ko\n"
+    assert mnt.module_file_for(found, "6.8.0-50-generic")
+    assert not mnt.module_file_for(found, "6.8.0-51-generic")
+    dkms = "/lib/modules/6.12.9-amd64/updates/dkms/nvidia-current.ko.xz\n"
+    assert mnt.module_file_for(dkms, "6.12.9-amd64")
+
+
+@pytest.mark.parametrize("state", mnt.MAINTENANCE_STATES)
+def test_every_result_the_builder_makes_is_valid(state):
+    result = mnt.maintenance_result(state, reason="a\nlong " * 100, packages=["b", "a"],
+                                    apt_lines=[f"line {n}" for n in range(40)], fell_back=1)
+    jsonschema.validate(result, SCHEMA)
+    assert result["packages"] == ["a", "b"] and result["apt_lines"][-1] == "line 39"
+    assert len(result["apt_lines"]) == 20 and "\n" not in result["reason"]
+
+
+def test_the_schema_names_the_states_the_builder_knows():
+    assert sorted(SCHEMA["properties"]["state"]["enum"]) == sorted(mnt.MAINTENANCE_STATES)
+    with pytest.raises(ValueError, match="unknown maintenance state"):
+        mnt.maintenance_result("rebooted")
+
+
+BEFORE = {"kernel_before": "6.8.0-50-generic", "driver_before": "580.95.05",
+          "packages": ["nvidia-utils-580-server", "linux-generic"]}
+
+
+def verdict(**changed):
+    result = mnt.maintenance_verdict({**BEFORE, "next_kernel": "6.8.0-51-generic",
+                                      "kernel_after": "6.8.0-51-generic",
+                                      "driver_after": "580.105.08", "satisfied": True,
+                                      "apt_failed": False, "fell_back": False, **changed})
+    jsonschema.validate(result, SCHEMA)
+    return result
+
+
+def test_kernel_and_driver_up_together_is_maintained():
+    result = verdict()
+    assert (result["state"], result["reason"]) == ("maintained", "")
+    assert (result["kernel_after"], result["driver_after"]) == ("6.8.0-51-generic", "580.105.08")
+
+
+def test_apt_failing_is_named_by_apt_s_last_line_and_the_fallback_kernel():
+    result = verdict(apt_failed=True, apt_lines=["Setting up x", "E: Sub-process returned 1", ""],
+                     kernel_after="6.8.0-50-generic", fell_back=True)
+    assert result["state"] == "maintenance-failed"
+    assert result["reason"].startswith("APT did not finish the upgrade: E: Sub-process returned 1")
+    assert "previous kernel 6.8.0-50-generic serves" in result["reason"]
+    assert result["apt_lines"][-2] == "E: Sub-process returned 1"
+
+
+def test_gpus_silent_on_the_new_kernel_name_what_nvidia_smi_said():
+    result = verdict(satisfied=False, driver_after="",
+                     smi_lines=["Failed to initialize NVML: Driver/library version mismatch"])
+    assert result["state"] == "maintenance-failed" and result["driver_after"] == ""
+    assert "did not answer on kernel 6.8.0-51-generic: Failed to initialize NVML" in result["reason"]
+    assert result["kernel_log"] == ["Failed to initialize NVML: Driver/library version mismatch"]
+
+
+def test_a_new_kernel_left_for_the_old_one_is_not_maintained_even_when_gpus_answer():
+    result = verdict(kernel_after="6.8.0-50-generic", fell_back=True, driver_after="580.105.08")
+    assert result["state"] == "maintenance-failed"
+    assert result["reason"].startswith("kernel 6.8.0-51-generic has no NVIDIA module")
+
+
+def test_a_release_failing_health_afterwards_fails_the_maintenance():
+    result = verdict(health_failure="smoke: 2 of 4 requests failed")
+    assert result["state"] == "maintenance-failed"
+    assert result["reason"] == ("the serving release failed health after the upgrade: "
+                                "smoke: 2 of 4 requests failed")
+
+
+def test_phases_last_from_one_mark_to_the_next():
+    marks = [["start", 100.0], ["plan", 103.25], ["stop", 104.0], ["upgrade", 130.0],
+             ["reboot", 150.5]]
+    assert mnt.phase_durations(marks) == {"plan": 3.2, "stop": 0.8, "upgrade": 26.0,
+                                          "reboot": 20.5}
+    assert mnt.phase_durations([["start", 1]]) == {}
+    assert verdict(marks=marks)["phases_s"]["upgrade"] == 26.0

@@ -702,6 +702,8 @@ def test_driver_stage_releases_no_hold_the_owner_set(tmp_path, install, warned):
         "vllm_dual_fast_driver_satisfied": True,
         "vllm_dual_fast_driver_loaded": True,
         "vllm_dual_fast_driver_hold": True,
+        # Off: it would write this machine's /etc/apt (tests/test_upgrade_guard.py checks it).
+        "vllm_dual_fast_upgrade_guard": False,
         "vllm_dual_fast_power_limit_watts": 0,
         "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
     }

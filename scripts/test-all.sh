@@ -4,7 +4,7 @@
 # whether the run passed or failed. A Molecule run keeps about one core busy (the modules' Python
 # on the rig, then Ansible on the controller, in turn), so on two cores a second lane uses the
 # other: lane "scenarios" runs the Molecule scenarios, lane "pytest" runs pytest, then the
-# scenarios named in VDF_AFTER_PYTEST (default "fleet driver", so that both lanes take about
+# scenarios named in VDF_AFTER_PYTEST (default "fleet", so that both lanes take about
 # as long). No two scenarios share a rig, a package cache or a port. VDF_LANES=1 runs everything
 # in one lane. Each lane's output is printed as it comes, its lines marked [scenarios] or
 # [pytest]; the logs are .ci/last-run.log (all) and .ci/lane-<lane>.log.
@@ -60,7 +60,7 @@ leftovers() {  # what the tests left where a person's real files go: new reports
 # The scenarios of each lane, in the order given.
 AFTER_PYTEST=() SCENARIOS=() LANE_PIDS=()
 for scenario in "$@"; do
-  if [[ " ${VDF_AFTER_PYTEST:-fleet driver} " == *" ${scenario} "* ]]; then AFTER_PYTEST+=("${scenario}")
+  if [[ " ${VDF_AFTER_PYTEST:-fleet} " == *" ${scenario} "* ]]; then AFTER_PYTEST+=("${scenario}")
   else SCENARIOS+=("${scenario}"); fi
 done
 scenarios_lane() { step molecule ./scripts/molecule-timed.sh "${SCENARIOS[@]}"; }

@@ -20,7 +20,10 @@ MAKE = """#!/bin/bash
 target="${@: -1}"
 echo "$(date +%s.%N) start make ${target}" >>"$STEPS"
 [ "${target}" = pytest ] && sleep 2
+[ "${target}" = setup ] && sleep 1
 echo "$(date +%s.%N) end make ${target}" >>"$STEPS"
+[ "${FAIL:-}" = "make:${target}" ] && { echo "make: *** [${target}] Error 1"; exit 2; }
+exit 0
 """
 
 MOLECULE = """#!/bin/bash
@@ -86,6 +89,24 @@ def test_pytest_then_fleet_run_beside_the_other_scenarios(tmp_path):
     assert re.search(r"^molecule default: passed$", run.stdout, re.M)      # in the summary too
     log = (tmp_path / "repo/.ci/last-run.log").read_text()
     assert "[pytest] == pytest:" in log and "[scenarios] == molecule:" in log
+
+
+def test_lint_runs_beside_the_set_up_and_both_end_before_the_lanes(tmp_path):
+    """Before: lint waited for the whole set-up (engine, image builds) it does not need."""
+    run, events = run_all(tmp_path, {"default": SEQUENCE}, "default")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert events["make venv"]["end"] <= events["make lint"]["start"]
+    assert events["make lint"]["start"] < events["make setup"]["end"]
+    lanes_start = min(events["make pytest"]["start"], events["molecule default destroy"]["start"])
+    assert max(events["make lint"]["end"], events["make setup"]["end"]) <= lanes_start
+    assert re.search(r"^lint +ok", run.stdout, re.M), run.stdout
+
+
+def test_a_lint_failure_fails_the_run(tmp_path):
+    run, _ = run_all(tmp_path, {"default": SEQUENCE}, "default", FAIL="make:lint")
+    assert run.returncode != 0
+    assert re.search(r"^lint +FAILED", run.stdout, re.M), run.stdout
+    assert run.stdout.rstrip().splitlines()[-1].endswith("FAILED")
 
 
 def test_a_scenario_failing_in_one_lane_fails_the_run_and_the_other_lane_finishes(tmp_path):

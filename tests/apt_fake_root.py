@@ -27,13 +27,13 @@ def _stanzas(text):
 
 
 class AptRoot:
-    """APT confined to `root`; `archive` is the Ubuntu archive double's OUTDIR (its `updates`
-    snapshot is used), `suites` the enabled suites."""
+    """APT confined to `root`; `archive` is the Ubuntu archive double's OUTDIR (its `snapshot`
+    is used), `suites` the enabled suites."""
 
-    def __init__(self, root: Path, archive: Path, suites):
+    def __init__(self, root: Path, archive: Path, suites, snapshot="updates"):
         self.root = Path(root)
         self.key = Path(archive) / "ubuntu-archive-keyring.gpg"
-        self.archive = Path(archive) / "updates" / "ubuntu"
+        self.archive = Path(archive) / snapshot / "ubuntu"
         self.status = self.root / "var/lib/dpkg/status"
         for sub in (
             "etc/apt/apt.conf.d",

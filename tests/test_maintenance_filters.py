@@ -136,18 +136,45 @@ def verdict(**changed):
 
 
 def test_kernel_and_driver_up_together_is_maintained():
-    result = verdict()
+    result = verdict(serving_release="r3")
     assert (result["state"], result["reason"]) == ("maintained", "")
+    assert result["serving"] == {"release": "r3", "healthy": True}
     assert (result["kernel_after"], result["driver_after"]) == ("6.8.0-51-generic", "580.105.08")
 
 
 def test_apt_failing_is_named_by_apt_s_last_line_and_the_fallback_kernel():
     result = verdict(apt_failed=True, apt_lines=["Setting up x", "E: Sub-process returned 1", ""],
-                     kernel_after="6.8.0-50-generic", fell_back=True)
+                     kernel_after="6.8.0-50-generic", fell_back=True, serving_release="r3")
     assert result["state"] == "maintenance-failed"
     assert result["reason"].startswith("APT did not finish the upgrade: E: Sub-process returned 1")
-    assert "previous kernel 6.8.0-50-generic serves" in result["reason"]
+    assert result["reason"].endswith(
+        "(back on the previous kernel 6.8.0-50-generic, driver 580.105.08; release r3 healthy)")
+    assert result["serving"] == {"release": "r3", "healthy": True}
     assert result["apt_lines"][-2] == "E: Sub-process returned 1"
+
+
+@pytest.mark.parametrize(
+    ("serving", "health_failure", "said", "healthy"),
+    [
+        ("", "", "; no release running)", False),
+        ("r3", "smoke: 2 of 4 requests failed", "; release r3 failing health)", False),
+    ],
+)
+def test_a_fallback_says_it_serves_only_when_a_release_passed_health(
+    serving, health_failure, said, healthy
+):
+    """Before: the reason said "the previous kernel serves" whether or not anything did."""
+    result = verdict(apt_failed=True, apt_lines=["E: Sub-process returned 1"], fell_back=True,
+                     kernel_after="6.8.0-50-generic", driver_after="580.95.05",
+                     serving_release=serving, health_failure=health_failure)
+    assert said in result["reason"] and "healthy" not in result["reason"]
+    assert result["serving"] == {"release": serving, "healthy": healthy}
+
+
+def test_an_unchanged_run_names_what_serves_without_judging_it():
+    result = mnt.maintenance_result("unchanged", serving_release="r3")
+    jsonschema.validate(result, SCHEMA)
+    assert result["serving"] == {"release": "r3", "healthy": None}
 
 
 def test_gpus_silent_on_the_new_kernel_name_what_nvidia_smi_said():

@@ -37,12 +37,17 @@ from pathlib import Path
 
 ARCH = "amd64"
 BRANCH = "580"
-# (codename, release, kernel ABIs (ABI, kernel upload number), driver point releases).
+# (codename, release, kernel ABIs (ABI, kernel upload number), driver point releases). The third
+# ABI is published only in `ahead`, without its NVIDIA module.
 RELEASES = {
-    "noble": ("24.04", [("6.8.0-50", 51), ("6.8.0-51", 52)], ["580.95.05", "580.105.08"]),
-    "jammy": ("22.04", [("5.15.0-126", 136), ("5.15.0-127", 137)], ["580.95.05", "580.105.08"]),
+    "noble": ("24.04", [("6.8.0-50", 51), ("6.8.0-51", 52), ("6.8.0-52", 53)],
+              ["580.95.05", "580.105.08"]),
+    "jammy": ("22.04", [("5.15.0-126", 136), ("5.15.0-127", 137), ("5.15.0-128", 138)],
+              ["580.95.05", "580.105.08"]),
 }
 FLAVOUR = "generic"
+# Debian 13's docker-compose (the Compose v2 CLI plugin), which docker-compose-v2 stands on.
+DEBIAN_COMPOSE_UPSTREAM = "2.26.1"
 SMI_DOUBLE = Path(__file__).resolve().parent.parent / "nvidia-smi-double"
 PERSISTENCED_UNIT = """[Unit]
 Description=TEST DOUBLE of NVIDIA Persistence Daemon (does nothing)
@@ -269,6 +274,21 @@ def module_meta(abi, upload, upstream, respin, branch=BRANCH):
     )
 
 
+def container_stack_packages(release):
+    """Ubuntu's Compose v2 package name over Debian's Compose v2: the rig keeps Debian's sources
+    (README), so docker.io and the plugin's binary are Debian 13's; what the double adds is the
+    name the role installs on Ubuntu, depending on Debian's package that ships the plugin."""
+    return [
+        _pkg(
+            "docker-compose-v2",
+            f"{DEBIAN_COMPOSE_UPSTREAM}-0ubuntu1~{release}.1",
+            source="docker-compose-v2",
+            section="admin",
+            depends=[f"docker-compose (>= {DEBIAN_COMPOSE_UPSTREAM})"],
+        )
+    ]
+
+
 def unrelated_package(release, update):
     """A package outside the kernel and the driver, so a guard that stops every upgrade shows."""
     return _pkg(
@@ -280,7 +300,7 @@ def unrelated_package(release, update):
     )
 
 
-SNAPSHOTS = ("first", "updates", "broken", "fixed")
+SNAPSHOTS = ("first", "updates", "broken", "fixed", "ahead")
 
 
 def archive(codename="noble", snapshot="updates"):
@@ -289,14 +309,20 @@ def archive(codename="noble", snapshot="updates"):
       first    the release suite only: kernel ABI 1, driver point release 1 (a rig's install);
       updates  -updates adds ABI 2 and point release 2, ABI 1's module respun for it (+2);
       broken   the same, but ABI 2's module fails in its postinst (a module that will not install);
-      fixed    the same, with ABI 2's module and its meta published again (+2), installing.
+      fixed    the same, with ABI 2's module and its meta published again (+2), installing;
+      ahead    `fixed` plus kernel ABI 3 (the flavour's metas follow it) whose NVIDIA module is
+               not published yet: the module meta still names ABI 2's.
     -security stays empty (a Release file only)."""
     release, kernels, drivers = RELEASES[codename]
-    (abi1, up1), (abi2, up2) = kernels
+    (abi1, up1), (abi2, up2), (abi3, up3) = kernels
     first, second = drivers
-    respin = 2 if snapshot == "fixed" else 1
+    respin = 2 if snapshot in ("fixed", "ahead") else 1
+    kernel = kernel_packages(abi2, up2)
+    if snapshot == "ahead":    # ABI 2's image and headers stay; the flavour's metas name ABI 3
+        kernel = [p for p in kernel if p["name"].endswith(f"{abi2}-{FLAVOUR}")]
+        kernel += kernel_packages(abi3, up3)
     updates = [
-        *kernel_packages(abi2, up2),
+        *kernel,
         *driver_packages(second, release),
         *module_packages(abi1, up1, second, 2),
         *module_packages(abi2, up2, second, respin, broken=snapshot == "broken"),
@@ -310,6 +336,7 @@ def archive(codename="noble", snapshot="updates"):
             *module_packages(abi1, up1, first, 1),
             module_meta(abi1, up1, first, 1),
             unrelated_package(release, 1),
+            *container_stack_packages(release),
         ],
         f"{codename}-updates": [] if snapshot == "first" else updates,
         f"{codename}-security": [],
@@ -399,7 +426,10 @@ COMPONENTS = ("main", "restricted", "universe", "multiverse")
 
 
 def component(pkg):
-    """Canonical's: the NVIDIA driver and linux-restricted-modules are in restricted."""
+    """Canonical's: the NVIDIA driver and linux-restricted-modules are in restricted, Compose v2
+    in universe."""
+    if pkg["source"] == "docker-compose-v2":
+        return "universe"
     restricted = pkg["source"].startswith("nvidia-graphics-drivers") or (
         pkg["source"] == "linux-restricted-modules"
     )

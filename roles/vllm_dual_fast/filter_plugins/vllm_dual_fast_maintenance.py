@@ -40,6 +40,19 @@ def newest_kernel(vmlinuz):
     return max(kernels, key=_version_key) if kernels else ""
 
 
+def kernel_without_module(plan, installed, branch):
+    """The kernel GRUB would boot once APT carried out `plan` (apt_simulation's) on a rig with
+    the `installed` package names, when Canonical's signed NVIDIA module of the -server branch
+    (linux-modules-nvidia-<branch>-server-<kernel>) would be missing for it; else "". Canonical
+    can publish a kernel before its module: ubuntu-drivers then falls back to DKMS without a
+    word (ubuntu-drivers-common's get_linux_modules_metapackage); the role stops instead."""
+    names = set(installed or []) | {item["name"] for item in (plan or {}).get("install", [])}
+    names -= set((plan or {}).get("remove", []))
+    kernels = [n.removeprefix("linux-image-") for n in names if re.match(r"linux-image-\d", n)]
+    nxt = newest_kernel(kernels)
+    return nxt if nxt and f"linux-modules-nvidia-{branch}-server-{nxt}" not in names else ""
+
+
 def grub_entry(grub_cfg, kernel):
     """The grub-reboot name of the normal (not recovery) entry of `kernel` in a grub.cfg written
     by grub-mkconfig's 10_linux (Debian and Ubuntu): `<submenu id>><entry id>`, ids being stable
@@ -79,9 +92,10 @@ def phase_durations(marks):
 
 def maintenance_result(state, reason="", kernel_before="", kernel_after="", driver_before="",
                        driver_after="", packages=None, apt_lines=None, kernel_log=None,
-                       fell_back=False, marks=None):
+                       fell_back=False, marks=None, serving_release="", healthy=None):
     """What one maintenance run did to a rig (files/schemas/maintenance.schema.json): the one
-    builder of `vllm_dual_fast_maintenance` and of maintenance.json on the rig."""
+    builder of `vllm_dual_fast_maintenance` and of maintenance.json on the rig. `healthy` is
+    None when the run checked nothing (unchanged), else whether the release serves healthy."""
     if state not in MAINTENANCE_STATES:
         raise ValueError(f"unknown maintenance state {state!r} ({', '.join(MAINTENANCE_STATES)})")
     return {
@@ -96,6 +110,10 @@ def maintenance_result(state, reason="", kernel_before="", kernel_after="", driv
         "apt_lines": _tail(apt_lines),
         "kernel_log": _tail(kernel_log),
         "phases_s": phase_durations(marks),
+        "serving": {
+            "release": str(serving_release or ""),
+            "healthy": None if healthy is None else bool(healthy and serving_release),
+        },
     }
 
 
@@ -104,10 +122,13 @@ def maintenance_verdict(evidence):
     kernel_before, driver_before, next_kernel (what GRUB boots by default after the upgrade),
     kernel_after, driver_after ('' when the GPUs do not answer), satisfied (the driver answers
     and is new enough), apt_failed, apt_lines, smi_lines (what nvidia-smi said), fell_back,
-    packages, marks (phase_durations' input), health_failure (why the serving release failed
-    health afterwards, '' when it passed or nothing serves). `maintained` only when APT
-    finished, the GPUs answer on the new kernel and what serves passes health."""
+    packages, marks (phase_durations' input), serving_release (the release serving again, ''
+    when none was or it could not start), health_failure (why it failed health afterwards, ''
+    when it passed or nothing serves). `maintained` only when APT finished, the GPUs answer on
+    the new kernel and what serves passes health."""
     ev = evidence or {}
+    release = ev.get("serving_release") or ""
+    healthy = bool(release) and not ev.get("health_failure")
     nxt, after = ev.get("next_kernel") or "", ev.get("kernel_after") or ""
     smi = next((line for line in ev.get("smi_lines") or [] if str(line).strip()), "")
     if ev.get("apt_failed"):
@@ -126,14 +147,18 @@ def maintenance_verdict(evidence):
     else:
         state = "maintenance-failed"
         if ev.get("satisfied") and ev.get("fell_back"):
-            reason += f" (the previous kernel {after} serves, driver {ev.get('driver_after')})"
+            serves = (f"release {release} {'healthy' if healthy else 'failing health'}"
+                      if release else "no release running")
+            driver = ev.get("driver_after")
+            reason += f" (back on the previous kernel {after}, driver {driver}; {serves})"
     return maintenance_result(
         state, reason=reason, kernel_before=ev.get("kernel_before"), kernel_after=after,
         driver_before=ev.get("driver_before"),
         driver_after=ev.get("driver_after") if ev.get("satisfied") else "",
         packages=ev.get("packages"), apt_lines=ev.get("apt_lines") if ev.get("apt_failed") else [],
         kernel_log=[] if state == "maintained" else ev.get("smi_lines"),
-        fell_back=ev.get("fell_back"), marks=ev.get("marks"))
+        fell_back=ev.get("fell_back"), marks=ev.get("marks"), serving_release=release,
+        healthy=healthy)
 
 
 class FilterModule:
@@ -141,6 +166,7 @@ class FilterModule:
         return {
             "vllm_dual_fast_apt_simulation": apt_simulation,
             "vllm_dual_fast_newest_kernel": newest_kernel,
+            "vllm_dual_fast_kernel_without_module": kernel_without_module,
             "vllm_dual_fast_grub_entry": grub_entry,
             "vllm_dual_fast_module_file_for": module_file_for,
             "vllm_dual_fast_maintenance_result": maintenance_result,

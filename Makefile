@@ -12,9 +12,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SCENARIOS ?= deploy fleet existing driver
 
-.PHONY: setup venv engine engine-stop images host-packages lint pytest molecule test demo demo-clean upstream-watch
+.PHONY: setup system venv engine engine-stop images host-packages lint pytest molecule test demo demo-clean upstream-watch
 
-setup: venv engine images host-packages
+setup: venv system
+
+# What the machine needs besides the virtualenv (make test builds the two at once).
+system: engine images host-packages
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements-dev.txt requirements-test.txt

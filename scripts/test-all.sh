@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The README's test command (`make test`): the virtualenv, then set-up with lint beside it, then
-# two lanes at once, then a short summary (lint, pytest counts, each Molecule scenario's result
-# and phase times, total time) whether the run passed or failed. A Molecule run keeps about one
-# core busy (the modules' Python on the rig, then Ansible on the controller, in turn), so on two
-# cores a second lane uses the other: lane "scenarios" runs the Molecule scenarios, lane
-# "pytest" runs pytest, then the scenarios named in VDF_AFTER_PYTEST (default "fleet", so that
-# both lanes take about as long). No two scenarios share a rig, a package cache or a port.
-# VDF_LANES=1 runs everything in one lane. Each lane's output is printed as it comes, its lines
-# marked [lint], [scenarios] or [pytest]; the logs are .ci/last-run.log (all) and
+# The README's test command (`make test`): set-up (the virtualenv then lint, beside the engine
+# and images), then two lanes at once, then a short summary (lint, pytest counts, each Molecule
+# scenario's result and phase times, total time) whether the run passed or failed. A Molecule
+# run keeps about one core busy (the modules' Python on the rig, then Ansible on the controller,
+# in turn), so on two cores a second lane uses the other: lane "scenarios" runs the Molecule
+# scenarios, lane "pytest" runs pytest, then the scenarios named in VDF_AFTER_PYTEST (default
+# "fleet", so that both lanes take about as long). No two scenarios share a rig, a package cache
+# or a port. VDF_LANES=1 runs everything in one lane. Each lane's output is printed as it comes,
+# its lines marked [lint], [scenarios] or [pytest]; the logs are .ci/last-run.log (all) and
 # .ci/lane-<lane>.log.
 #   scripts/test-all.sh [scenario ...]    (default: the Makefile's SCENARIOS)
 set -uo pipefail
@@ -73,15 +73,15 @@ pytest_lane() {
 
 MARK="$(mktemp)"    # its time is the run's start; its lines, the dangling images before it
 rm -f .ci/lane-*.log
-# Lint needs only the virtualenv: it runs on the core the engine and image builds leave idle
-# (they mostly wait on downloads), instead of after them.
-step venv make --no-print-directory venv || exit 1
-lint_lane() { step lint make --no-print-directory lint; }
+# Set-up in two lanes, both mostly waiting on downloads: the virtualenv and then lint (it needs
+# nothing else), beside the engine, images and host packages (`make system`).
+venv_lane() { step venv make --no-print-directory venv && step lint make --no-print-directory lint; }
 LANE_PIDS=()
-lane lint lint_lane
-LINT_PID="${LANE_PIDS[0]}"; LANE_PIDS=()
-step setup make --no-print-directory setup || { wait "${LINT_PID}"; exit 1; }
-wait "${LINT_PID}"
+lane lint venv_lane
+VENV_PID="${LANE_PIDS[0]}"; LANE_PIDS=()
+step setup make --no-print-directory system || { wait "${VENV_PID}"; exit 1; }
+wait "${VENV_PID}"
+grep -q '^venv .*FAILED' "${SUMMARY}" && exit 1    # nothing runs without the virtualenv
 docker images -q -f dangling=true >"${MARK}"
 trap 'trap - INT TERM; kill 0' INT TERM    # a stopped run stops both lanes
 if [ "${VDF_LANES:-2}" -ge 2 ]; then

@@ -20,7 +20,8 @@ MAKE = """#!/bin/bash
 target="${@: -1}"
 echo "$(date +%s.%N) start make ${target}" >>"$STEPS"
 [ "${target}" = pytest ] && sleep 2
-[ "${target}" = setup ] && sleep 1
+[ "${target}" = system ] && sleep 1
+[ "${target}" = venv ] && sleep 0.3
 echo "$(date +%s.%N) end make ${target}" >>"$STEPS"
 [ "${FAIL:-}" = "make:${target}" ] && { echo "make: *** [${target}] Error 1"; exit 2; }
 exit 0
@@ -91,15 +92,24 @@ def test_pytest_then_fleet_run_beside_the_other_scenarios(tmp_path):
     assert "[pytest] == pytest:" in log and "[scenarios] == molecule:" in log
 
 
-def test_lint_runs_beside_the_set_up_and_both_end_before_the_lanes(tmp_path):
-    """Before: lint waited for the whole set-up (engine, image builds) it does not need."""
+def test_the_virtualenv_and_lint_run_beside_the_engine_and_images(tmp_path):
+    """Before: the virtualenv, engine, images and host packages were built one after the other,
+    and lint waited for all of them although it needs only the virtualenv."""
     run, events = run_all(tmp_path, {"default": SEQUENCE}, "default")
     assert run.returncode == 0, run.stdout + run.stderr
     assert events["make venv"]["end"] <= events["make lint"]["start"]
-    assert events["make lint"]["start"] < events["make setup"]["end"]
+    assert events["make venv"]["start"] < events["make system"]["end"]
+    assert events["make lint"]["start"] < events["make system"]["end"]
     lanes_start = min(events["make pytest"]["start"], events["molecule default destroy"]["start"])
-    assert max(events["make lint"]["end"], events["make setup"]["end"]) <= lanes_start
+    assert max(events["make lint"]["end"], events["make system"]["end"]) <= lanes_start
     assert re.search(r"^lint +ok", run.stdout, re.M), run.stdout
+
+
+def test_no_lane_starts_without_the_virtualenv(tmp_path):
+    run, events = run_all(tmp_path, {"default": SEQUENCE}, "default", FAIL="make:venv")
+    assert run.returncode != 0
+    assert "make lint" not in events and "make pytest" not in events, events
+    assert run.stdout.rstrip().splitlines()[-1].endswith("FAILED")
 
 
 def test_a_lint_failure_fails_the_run(tmp_path):

@@ -102,3 +102,29 @@ def test_with_no_kernel_installed_the_host_s_kernel_shows(machine):
     root, env = machine
     call(env, "boot")
     assert not (root / "run/release").exists() and (root / "run/boot_id").exists()
+
+
+MOKUTIL = DOUBLE.with_name("mokutil-double")
+
+
+@pytest.mark.parametrize(
+    ("state", "role_reads"),
+    [("enabled", "enabled"), ("disabled", "disabled"), ("none", "disabled"), (None, "enabled")],
+)
+def test_the_mokutil_double_answers_as_the_role_reads_real_mokutil(tmp_path, state, role_reads):
+    """Its words are real mokutil's (`SecureBoot enabled`; no EFI: the error on stderr, rc 255),
+    and the role's reading of them (secure_boot_state) is what the rig's state says."""
+    import importlib.util
+
+    path = DOUBLE.parents[3] / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_driver.py"
+    spec = importlib.util.spec_from_file_location("vdf_driver_filters_mok", path)
+    drv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drv)
+    state_file = tmp_path / "secure-boot"
+    if state:
+        state_file.write_text(state + "\n")
+    proc = subprocess.run([str(MOKUTIL), "--sb-state"], capture_output=True, text=True, timeout=10,
+                          env={**os.environ, "VDF_SECURE_BOOT_DOUBLE": str(state_file)})
+    assert proc.returncode == (255 if state == "none" else 0), proc.stderr
+    result = {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+    assert drv.secure_boot_state(result) == role_reads

@@ -277,14 +277,15 @@ def module_meta(abi, upload, upstream, respin, branch=BRANCH):
 def container_stack_packages(release):
     """Ubuntu's Compose v2 package name over Debian's Compose v2: the rig keeps Debian's sources
     (README), so docker.io and the plugin's binary are Debian 13's; what the double adds is the
-    name the role installs on Ubuntu, depending on Debian's package that ships the plugin."""
+    name the role installs on Ubuntu, depending on Debian's package that ships the plugin, and
+    on Debian's docker-cli: Ubuntu's docker.io carries the CLI, Debian 13's does not."""
     return [
         _pkg(
             "docker-compose-v2",
             f"{DEBIAN_COMPOSE_UPSTREAM}-0ubuntu1~{release}.1",
             source="docker-compose-v2",
             section="admin",
-            depends=[f"docker-compose (>= {DEBIAN_COMPOSE_UPSTREAM})"],
+            depends=[f"docker-compose (>= {DEBIAN_COMPOSE_UPSTREAM})", "docker-cli"],
         )
     ]
 

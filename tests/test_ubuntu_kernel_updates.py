@@ -117,7 +117,8 @@ def test_the_archive_double_carries_the_compose_package_the_role_installs_on_ubu
     universe = archive / "first/ubuntu/dists/noble/universe/binary-amd64/Packages"
     stanza = universe.read_text().split("Package: docker-compose-v2\n")[1].split("\n\n")[0]
     assert re.search(r"^Version: 2\.26\.1-0ubuntu1~24\.04\.1$", stanza, re.M)
-    assert "Depends: docker-compose (>= 2.26.1)" in stanza
+    # Debian 13's docker.io leaves the CLI to docker-cli; Ubuntu's carries it.
+    assert "Depends: docker-compose (>= 2.26.1), docker-cli" in stanza
     role_vars = (ROOT / "roles/vllm_dual_fast/vars/Ubuntu-24.yml").read_text()
     assert "_vllm_dual_fast_docker_distro_packages: [docker.io, docker-compose-v2]" in role_vars
 

@@ -1,6 +1,7 @@
 """files/smoke.py against real HTTP: the vLLM double as a subprocess on a loopback port."""
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -145,6 +146,16 @@ def test_never_healthy_exits_2_within_the_timeout(capsys):
 def test_unhealthy_503_exits_2(double, capsys, tmp_path):
     port_env = double_env(tmp_path, VLLM_DOUBLE_FAULTS="never-healthy")
     server = double(env=port_env, wait=False)
+    # Listening, answering 503: on a busy machine the double takes longer than the 1 s health
+    # timeout to bind, and smoke then saw a refused connection instead of the 503 under test.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the double never listened"
+            time.sleep(0.1)
     code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
                           "--health-timeout", "1")
     assert code == 2

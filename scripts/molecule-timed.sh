@@ -15,25 +15,53 @@ seq = yaml.safe_load(open(sys.argv[1]))["scenario"]["test_sequence"]
 print(" ".join(p for p in seq[:len(seq) - seq[::-1].index("verify")] if p != "dependency"))' \
     "molecule/$1/molecule.yml"
 }
+PHASE_LOG="$(mktemp)" RIG=""
+# The rig of the scenario under way is destroyed however the script ends.
+trap '[ -z "${RIG}" ] || molecule destroy -s "${RIG}" >/dev/null 2>&1; rm -f "${PHASE_LOG}"' EXIT
+
+run_phase() {  # phase scenario: runs one Molecule phase, its output shown and kept in PHASE_LOG
+  # Lines of Molecule's own that read like failures in a passing run, labelled where they appear:
+  # a scenario "skipped" when create/prepare were already done, the create playbook's poll, and
+  # its search for a `default` scenario (for state shared between scenarios; there is none here).
+  molecule "$1" -s "$2" 2>&1 \
+    | sed -u -e 's/^\(.*Molecule executed 1 scenario (1 skipped)\)$/\1 [expected: its rig was already created and prepared]/' \
+        -e "s|^\(CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting.\)$|\1 [expected: no default scenario here; Molecule goes on without shared state]|" \
+        -e 's/^\(FAILED - RETRYING: \[localhost\]: Wait for instance(s) \(creation\|deletion\) to complete.*\)$/\1 [expected: Molecule polls until the container is up]/' \
+    | tee "${PHASE_LOG}"
+  return "${PIPESTATUS[0]}"
+}
+
+why_failed() {  # scenario phase: the failure's own lines, marked "why|" so the summary repeats them
+  # (CI keeps only the end of the output: without these a failed phase says nothing of its cause).
+  grep -aE 'fatal:|FAILED!|ERROR|CRITICAL|"msg":|^ *msg:|Traceback|Error:' "${PHASE_LOG}" \
+    | grep -avF '[expected:' | tail -12 | cut -c1-240 | sed "s/^/   why| $1 $2: /"
+}
+
 for scenario in "$@"; do
   sequence=$(phases_of "${scenario}") \
     || { echo "molecule-timed: ${scenario}: no test_sequence with verify in its molecule.yml" >&2; status=1; continue; }
   read -r -a phases <<<"${sequence}"
   declare -A took=()
   result=passed
-  trap 'molecule destroy -s "${scenario}" >/dev/null 2>&1 || true' EXIT
+  RIG="${scenario}"
   for phase in "${phases[@]}"; do
     echo "== molecule ${scenario}: ${phase}"
     start=$(date +%s.%N)
-    # Lines of Molecule's own that read like failures in a passing run, labelled where they appear:
-    # a scenario "skipped" when create/prepare were already done, the create playbook's poll, and
-    # its search for a `default` scenario (for state shared between scenarios; there is none here).
-    molecule "${phase}" -s "${scenario}" 2>&1 \
-      | sed -u -e 's/^\(.*Molecule executed 1 scenario (1 skipped)\)$/\1 [expected: its rig was already created and prepared]/' \
-          -e "s|^\(CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting.\)$|\1 [expected: no default scenario here; Molecule goes on without shared state]|" \
-          -e 's/^\(FAILED - RETRYING: \[localhost\]: Wait for instance(s) \(creation\|deletion\) to complete.*\)$/\1 [expected: Molecule polls until the container is up]/'
-    if [ "${PIPESTATUS[0]}" -ne 0 ]; then
-      echo "molecule-timed: ${scenario} ${phase} FAILED" >&2; result=FAILED; status=1; break
+    run_phase "${phase}" "${scenario}"
+    rc=$?
+    if [ "${rc}" -ne 0 ] && [ "${phase}" = create ]; then
+      # Molecule's own container start, none of the project's code: once more after a clean-up,
+      # saying why the first one failed (CI saw it fail once while another lane loaded the engine).
+      why_failed "${scenario}" create
+      echo "molecule-timed: ${scenario} create failed; removing what it left and creating once more"
+      molecule destroy -s "${scenario}" >/dev/null 2>&1 || true
+      run_phase create "${scenario}"
+      rc=$?
+    fi
+    if [ "${rc}" -ne 0 ]; then
+      echo "molecule-timed: ${scenario} ${phase} FAILED" >&2; result=FAILED; status=1
+      why_failed "${scenario}" "${phase}"
+      break
     fi
     # The first destroy clears a rig left by an earlier run; it is timed apart from the last one.
     took[$([ "${phase}" = destroy ] && echo cleanup || echo "${phase}")]=$(echo "$(date +%s.%N) - ${start}" | bc)
@@ -41,7 +69,7 @@ for scenario in "$@"; do
   start=$(date +%s.%N)
   molecule destroy -s "${scenario}" >/dev/null 2>&1 || true
   took[destroy]=$(echo "$(date +%s.%N) - ${start}" | bc)
-  trap - EXIT
+  RIG=""
   echo "== molecule ${scenario}: ${result}"
   total=0
   for phase in cleanup create prepare converge idempotence verify destroy; do

@@ -41,7 +41,8 @@ summary() {
   echo "== summary of make test ($(date -u +%FT%TZ))"
   cat "${SUMMARY}"
   grep -aE '^=+ .*(passed|failed|error).* in [0-9.]+s' <<<"${log}" | tail -1 | sed 's/^=* */pytest:    /; s/ =*$//'
-  grep -aE '^(== molecule [a-z0-9_-]+: (passed|FAILED)|   (cleanup|create|prepare|converge|idempotence|verify|destroy|total) +([0-9.]+|-)$)' <<<"${log}" \
+  grep -aE '^FAILED tests/' <<<"${log}" | cut -c1-240 | sed 's/^/   why| pytest: /'
+  grep -aE '^(== molecule [a-z0-9_-]+: (passed|FAILED)|   (cleanup|create|prepare|converge|idempotence|verify|destroy|total) +([0-9.]+|-)$|   why\| )' <<<"${log}" \
     | sed 's/^== //'
   grep -q FAILED "${SUMMARY}" && failed=1
   echo "total:     $(( ($(date +%s) - started) / 60 )) min $(( ($(date +%s) - started) % 60 )) s, $([ "${failed}" -eq 0 ] && echo PASSED || echo FAILED)"

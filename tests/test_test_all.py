@@ -34,6 +34,10 @@ echo "CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting."    # as M
 [ "$1" = verify ] && sleep 0.5
 echo "$(date +%s.%N) end molecule $3 $1" >>"$STEPS"
 [ "${FAIL:-}" = "$3:$1" ] && { echo "fatal: $3 $1 failed"; exit 2; }
+# FAIL_ONCE: that scenario:phase fails the first time only.
+if [ "${FAIL_ONCE:-}" = "$3:$1" ] && [ ! -e "$STEPS.once" ]; then
+  touch "$STEPS.once"; echo "fatal: $3 $1 failed once"; exit 2
+fi
 exit 0
 """
 
@@ -127,6 +131,31 @@ def test_a_scenario_failing_in_one_lane_fails_the_run_and_the_other_lane_finishe
     assert re.search(r"^molecule +FAILED", run.stdout, re.M)
     assert "molecule fleet verify" in events              # the fleet lane went on
     assert re.search(r"^molecule fleet: passed$", run.stdout, re.M)
+
+
+def test_the_summary_says_why_a_scenario_failed(tmp_path):
+    """CI shows only the end of the output: the summary repeats the failed phase's own lines."""
+    run, _ = run_all(tmp_path, {"default": SEQUENCE}, "default", FAIL="default:verify")
+    summary = run.stdout.split("== summary of make test")[1]
+    assert "   why| default verify: fatal: default verify failed" in summary, summary
+
+
+def test_a_failed_create_is_tried_once_more(tmp_path):
+    """Molecule's own container start, failing once, is retried after a destroy; the summary
+    still says why the first one failed."""
+    run, events = run_all(tmp_path, {"default": SEQUENCE}, "default", FAIL_ONCE="default:create")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "molecule default verify" in events
+    summary = run.stdout.split("== summary of make test")[1]
+    assert "why| default create: fatal: default create failed once" in summary, summary
+    assert re.search(r"^molecule default: passed$", summary, re.M)
+
+
+def test_a_create_failing_twice_fails_the_scenario(tmp_path):
+    run, events = run_all(tmp_path, {"default": SEQUENCE}, "default", FAIL="default:create")
+    assert run.returncode == 1
+    assert "molecule default prepare" not in events
+    assert re.search(r"^molecule default: FAILED$", run.stdout, re.M)
 
 
 def test_one_lane_runs_every_step_in_turn(tmp_path):

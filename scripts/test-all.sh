@@ -41,9 +41,13 @@ summary() {
   echo "== summary of make test ($(date -u +%FT%TZ))"
   cat "${SUMMARY}"
   grep -aE '^=+ .*(passed|failed|error).* in [0-9.]+s' <<<"${log}" | tail -1 | sed 's/^=* */pytest:    /; s/ =*$//'
+  # A line per scenario, its phases' seconds on it: CI keeps only the last lines of the output.
+  awk '/^== molecule [a-z0-9_-]+: (passed|FAILED)$/ { if (line) print line; sub(/^== /, ""); line = $0; next }
+       line && /^   (cleanup|create|prepare|converge|idempotence|verify|destroy|total) +([0-9.]+|-)$/ {
+         line = line sprintf("  %s %s", $1, $2); next }
+       END { if (line) print line }' <<<"${log}"
   grep -aE '^FAILED tests/' <<<"${log}" | cut -c1-240 | sed 's/^/   why| pytest: /'
-  grep -aE '^(== molecule [a-z0-9_-]+: (passed|FAILED)|   (cleanup|create|prepare|converge|idempotence|verify|destroy|total) +([0-9.]+|-)$|   why\| )' <<<"${log}" \
-    | sed 's/^== //'
+  grep -aE '^   why\| ' <<<"${log}"
   grep -q FAILED "${SUMMARY}" && failed=1
   echo "total:     $(( ($(date +%s) - started) / 60 )) min $(( ($(date +%s) - started) % 60 )) s, $([ "${failed}" -eq 0 ] && echo PASSED || echo FAILED)"
   rm -f "${SUMMARY}"

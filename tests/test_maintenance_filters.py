@@ -205,3 +205,18 @@ def test_phases_last_from_one_mark_to_the_next():
                                           "reboot": 20.5}
     assert mnt.phase_durations([["start", 1]]) == {}
     assert verdict(marks=marks)["phases_s"]["upgrade"] == 26.0
+
+
+@pytest.mark.parametrize("kernel", ["6.8.0-52-generic", "6.17.0-1004-generic-64k"])
+def test_a_refused_kernel_s_reason_names_the_module_and_fits_the_schema(kernel):
+    """The sentence the driver install's refusal and maintenance.json share: the module's exact
+    package name, and room left in the schema's 300 characters for the maintenance's own tail
+    (maintain.yml adds about 90)."""
+    notice = mnt.module_not_published(kernel, 580)
+    assert f"linux-modules-nvidia-580-server-{kernel} yet" in notice
+    assert notice.startswith(f"Kernel {kernel} boots next")
+    tail = " APT did not run; nothing was changed. Run the maintenance again once it is published."
+    assert tail.strip() in (ROOT / "roles/vllm_dual_fast/tasks/maintain.yml").read_text()
+    result = mnt.maintenance_result("maintenance-failed", reason=notice + tail)
+    assert result["reason"].endswith("once it is published.")
+    jsonschema.validate(result, SCHEMA)

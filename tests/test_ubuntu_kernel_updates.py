@@ -217,6 +217,6 @@ def test_the_role_stops_before_a_driver_install_that_would_boot_a_kernel_without
     assert (result.returncode != 0) == stops, out
     assert apt.status.read_text() == before
     if stops:
-        assert "Kernel 6.8.0-52-generic is the one this rig boots next" in out, out
+        assert "Kernel 6.8.0-52-generic boots next without its signed NVIDIA module" in out, out
         assert "linux-modules-nvidia-580-server-6.8.0-52-generic" in out, out
         assert ("mokutil --import" in out) == (secure_boot == "enabled"), out

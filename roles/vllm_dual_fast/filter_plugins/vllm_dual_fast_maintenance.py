@@ -53,6 +53,14 @@ def kernel_without_module(plan, installed, branch):
     return nxt if nxt and f"linux-modules-nvidia-{branch}-server-{nxt}" not in names else ""
 
 
+def module_not_published(kernel, branch):
+    """Why the role takes no kernel `kernel` (kernel_without_module's) yet: the one sentence the
+    driver install's refusal and the maintenance result both start with."""
+    return (f"Kernel {kernel} boots next without its signed NVIDIA module: Canonical has not "
+            f"published linux-modules-nvidia-{branch}-server-{kernel} yet, so the driver would not "
+            "load.")
+
+
 def grub_entry(grub_cfg, kernel):
     """The grub-reboot name of the normal (not recovery) entry of `kernel` in a grub.cfg written
     by grub-mkconfig's 10_linux (Debian and Ubuntu): `<submenu id>><entry id>`, ids being stable
@@ -167,6 +175,7 @@ class FilterModule:
             "vllm_dual_fast_apt_simulation": apt_simulation,
             "vllm_dual_fast_newest_kernel": newest_kernel,
             "vllm_dual_fast_kernel_without_module": kernel_without_module,
+            "vllm_dual_fast_module_not_published": module_not_published,
             "vllm_dual_fast_grub_entry": grub_entry,
             "vllm_dual_fast_module_file_for": module_file_for,
             "vllm_dual_fast_maintenance_result": maintenance_result,

@@ -103,7 +103,7 @@ import tempfile
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT = 0, 1, 2
 STATES = ("updated", "unchanged", "rolled-back", "failed", "lost", "not-reached", "unreachable",
-          "staging-failed")
+          "staging-failed", "maintained", "maintenance-failed")
 # Rigs that did not answer at the end of the rollout: what they serve is not known now.
 UNANSWERED = ("unreachable", "lost")
 # Without a rollout state: what the rig's own report says.
@@ -555,8 +555,14 @@ def footer(rows) -> dict:
             "pulled_unverified": unverified, "lines": lines}
 
 
-CHANGED = ("updated",)
-STOPPING = ("rolled-back", "failed", "lost")
+CHANGED = ("updated", "maintained")
+STOPPING = ("rolled-back", "failed", "lost", "maintenance-failed")
+
+
+def changed_word(rollout) -> str:
+    """What a switch did to a rig in this rollout: `updated` (a release), or `maintained` (a
+    maintenance run, playbooks/maintain.yml: kernel and driver)."""
+    return "maintained" if rollout.get("action") == "maintenance" else "updated"
 
 
 def rollout_outcome(rollout, rows, counts) -> str:
@@ -582,11 +588,12 @@ def rollout_outcome(rollout, rows, counts) -> str:
         return f"Stopped: {one_line(rollout['stop_reason'], 140)}."
     if not batches:
         return "Nothing switched: no rig was staged."
-    left = ", ".join(f"{n} {s}" for s, n in counts.items() if s not in CHANGED)
-    detail = f"{counts.get('updated', 0)} updated" + (f"; {left}" if left else "")
-    done = all(row["state"] in CHANGED + ("unchanged",) + UNANSWERED for row in rows)
-    return (f"Every reachable rig updated ({detail})." if done
-            else f"Ended with rigs not updated ({detail}).")
+    word = changed_word(rollout)
+    left = ", ".join(f"{n} {s}" for s, n in counts.items() if s != word)
+    detail = f"{counts.get(word, 0)} {word}" + (f"; {left}" if left else "")
+    done = all(row["state"] in (word, "unchanged") + UNANSWERED for row in rows)
+    return (f"Every reachable rig {word} ({detail})." if done
+            else f"Ended with rigs not {word} ({detail}).")
 
 
 def rollout_lines(rollout, outcome) -> list:
@@ -599,9 +606,11 @@ def rollout_lines(rollout, outcome) -> list:
     commit = str(rollout.get("controller_commit") or "unknown")[:12]
     dirty = " (with uncommitted changes)" if rollout.get("controller_dirty") else ""
     image, model = target.get("image") or NONE, target.get("model") or NONE
-    return [f"**{outcome}**", "",
-            f"Rolled out: image `{image}`, model `{model}` at "
-            f"`{target.get('model_revision') or NONE}`, FlashInfer patch {patch}.  ",
+    what = (f"Rolled out: image `{image}`, model `{model}` at "
+            f"`{target.get('model_revision') or NONE}`, FlashInfer patch {patch}.  ")
+    if changed_word(rollout) == "maintained":
+        what = "Maintenance: kernel, NVIDIA modules and driver moved together, rig by rig.  "
+    return [f"**{outcome}**", "", what,
             f"From controller commit `{commit}`{dirty}; started "
             f"{rollout.get('started_at') or NONE}, ended {rollout.get('ended_at') or 'not yet'}.",
             ""]

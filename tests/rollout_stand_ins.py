@@ -12,7 +12,9 @@ path. What each stand-in rig does is set per rig through extra variables:
 - vdf_test_fail {rig: stage}: in that stage the role fails (staging: a failed download; switch:
   a failed preflight, before anything changes);
 - vdf_test_outcome {rig: {state, reason}}: the outcome a switch sets (default updated, r1 -> r2),
-  with a failure after it when the state is rolled-back.
+  with a failure after it when the state is rolled-back;
+- vdf_test_maintenance {rig: {state, reason}}: the maintenance result a maintenance run's switch
+  sets (default maintained, r1 serving), with a failure after it when maintenance-failed.
 Each stage a rig runs is logged (rig, stage, canary flag, the batch it switched in)."""
 
 import json
@@ -65,7 +67,9 @@ def fleet_rows(tmp_path):
     return {row["host"]: row for row in fleet["rows"]}
 
 
-STAGE = "('switch' if 'deploy' in vllm_dual_fast_stages else 'staging')"
+# A release's switch runs the deploy stage, a maintenance run's the maintain stage.
+STAGE = ("('switch' if 'deploy' in vllm_dual_fast_stages or 'maintain' in vllm_dual_fast_stages "
+         "else 'staging')")
 
 
 def stand_in_rig_role(log):
@@ -75,6 +79,7 @@ def stand_in_rig_role(log):
             "ansible.builtin.lineinfile": {
                 "path": str(log),
                 "line": "{{ {'rig': inventory_hostname, 'stage': " + STAGE + ", "
+                "'stages': vllm_dual_fast_stages, "
                 "'canary': vllm_dual_fast_canary | default(none), "
                 "'batch': _vdf_batch | default(none)} | to_json }}",
                 "create": True,
@@ -97,7 +102,7 @@ def stand_in_rig_role(log):
         {
             "name": "Stand-in fails",
             "ansible.builtin.fail": {
-                "msg": "{{ 'preflight: no GPUs' if 'deploy' in vllm_dual_fast_stages "
+                "msg": "{{ 'preflight: no GPUs' if " + STAGE + " == 'switch' "
                 "else 'download failed' }}"
             },
             "when": "(vdf_test_fail | default({})).get(inventory_hostname) == " + STAGE,
@@ -113,6 +118,24 @@ def stand_in_rig_role(log):
             "when": "'deploy' in vllm_dual_fast_stages",
         },
         {
+            "name": "Stand-in maintenance result",
+            "ansible.builtin.set_fact": {
+                # The role's one builder (files/schemas/maintenance.schema.json).
+                "vllm_dual_fast_maintenance": "{{ _vdf_test_mnt.state | default('maintained') "
+                "| vllm_dual_fast_maintenance_result(reason=_vdf_test_mnt.reason | default(''), "
+                "serving_release='r1', healthy=true) }}"
+            },
+            "vars": {"_vdf_test_mnt": "{{ (vdf_test_maintenance | default({}))"
+                                      ".get(inventory_hostname, {}) }}"},
+            "when": "'maintain' in vllm_dual_fast_stages",
+        },
+        {
+            "name": "Stand-in maintenance fails as the role's verdict does",
+            "ansible.builtin.fail": {"msg": "{{ vllm_dual_fast_maintenance.reason }}"},
+            "when": "'maintain' in vllm_dual_fast_stages and "
+            "vllm_dual_fast_maintenance.state == 'maintenance-failed'",
+        },
+        {
             "name": "Stand-in fails after rolling back",
             "ansible.builtin.fail": {"msg": "Release r2 failed"},
             "when": "'deploy' in vllm_dual_fast_stages and "
@@ -122,16 +145,18 @@ def stand_in_rig_role(log):
 
 
 class Rollout:
-    """One run of the rollout: result, out, stages {rig: [stage, ...]}, switched {rig: line},
+    """One run of the rollout: result, out, stages {rig: [stage, ...]}, role_stages {rig: [the
+    role's vllm_dual_fast_stages in each stage, ...]}, switched {rig: line},
     states {rig: state file}, fleet (the newest fleet report or None)."""
 
     def __init__(self, tmp_path, result, out):
         self.result, self.out = result, out
         log = tmp_path / "stages.log"
         lines = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
-        self.stages = {}
+        self.stages, self.role_stages = {}, {}
         for line in lines:
             self.stages.setdefault(line["rig"], []).append(line["stage"])
+            self.role_stages.setdefault(line["rig"], []).append(line["stages"])
         self.switched = {x["rig"]: x for x in lines if x["stage"] == "switch"}
         self.states = recorded_states(tmp_path)
         self.fleet = newest_fleet_report(tmp_path)
@@ -141,9 +166,9 @@ class Rollout:
         return {row["host"]: row["state"] for row in self.fleet["rows"]}
 
 
-def run_rollout(tmp_path, rigs, extra_vars=None, args=()):
-    """playbooks/rollout.yml over stand-in rigs: `rigs` a list of names (local connection) or
-    {name: host vars}, in group rig3090."""
+def run_rollout(tmp_path, rigs, extra_vars=None, args=(), entry="rollout.yml"):
+    """playbooks/rollout.yml (or `entry`, e.g. maintain.yml) over stand-in rigs: `rigs` a list
+    of names (local connection) or {name: host vars}, in group rig3090."""
     if not isinstance(rigs, dict):
         rigs = {rig: {} for rig in rigs}
     hosts = {rig: {"ansible_connection": "local", **hostvars} for rig, hostvars in rigs.items()}
@@ -152,11 +177,11 @@ def run_rollout(tmp_path, rigs, extra_vars=None, args=()):
         tmp_path, [], {"vllm_dual_fast": stand_in_rig_role(tmp_path / "stages.log")}
     )
     playbook.unlink()
-    rollout = playbook.parent / "rollout.yml"
-    rollout.symlink_to(ROOT / "playbooks/rollout.yml")
+    for name in {"rollout.yml", entry}:    # maintain.yml imports rollout.yml beside it
+        (playbook.parent / name).symlink_to(ROOT / "playbooks" / name)
     result, out = run_playbook(
         tmp_path,
-        rollout,
+        playbook.parent / entry,
         extra_vars,
         args=("-f", "10", *args),
         inventory=("-i", str(tmp_path / "inventory.yml")),

@@ -612,6 +612,33 @@ def test_outcome_of_a_rollout_that_reached_every_rig():
     assert running == "Still running: 1 of 2 rigs switched so far."
 
 
+MAINTENANCE = dict(ROLLOUT, action="maintenance", ended_at="2026-12-01T10:20:00+00:00")
+
+
+def test_a_maintenance_run_that_reached_every_rig_says_maintained():
+    said = outcome_of(MAINTENANCE, rows_of(a="maintained", b="unchanged", c="maintained"))
+    assert said == "Every reachable rig maintained (2 maintained; 1 unchanged)."
+
+
+def test_a_failed_maintenance_stops_the_run_at_its_batch():
+    said = outcome_of(MAINTENANCE, rows_of(a="maintained", b="maintenance-failed", c="not-reached"))
+    assert said.startswith("Stopped at batch 1 b (maintenance-failed: why b)")
+
+
+def test_a_maintenance_report_says_what_was_maintained_not_an_image(tmp_path):
+    reports = write_reports(tmp_path / "reports", report("a"))
+    states = write_states(tmp_path / "state", {"a": {"state": "maintained"}})
+    record = tmp_path / "reports/rollout.json"
+    record.write_text(json.dumps(dict(MAINTENANCE, batches=[["a"]])))
+    out = tmp_path / "out"
+    assert fleet.main(["--reports", str(reports), "--state-dir", str(states), "--hosts", "a",
+                       "--rollout", str(record), "--out", str(out)]) == 0
+    md = next(out.glob("fleet-*.md")).read_text().splitlines()
+    assert md[2] == "**Every reachable rig maintained (1 maintained).**"
+    assert md[4].startswith("Maintenance: kernel, NVIDIA modules and driver moved together")
+    assert "Rolled out" not in "\n".join(md)
+
+
 def test_the_markdown_starts_with_the_outcome_and_what_was_rolled_out(tmp_path):
     reports = write_reports(tmp_path / "reports", report("a"), report("b"))
     states = write_states(tmp_path / "state", {"a": {"state": "rolled-back", "reason": "speed"},

@@ -79,6 +79,7 @@ def batches_of(tmp_path, staged, extra_vars, rigs):
             "name": "Cut batches",
             "hosts": "vdf-rollout-controller:rig3090",
             "gather_facts": False,
+            "vars": rollout_play("Stage")["vars"],    # the rollout's own (_vdf_action)
             "tasks": [
                 batching_task(),
                 {
@@ -109,6 +110,10 @@ TEN = [f"rig-{i:02d}" for i in range(10)]
     ({"vdf_rollout_batches": ["10%"]}, [TEN[:1]] + [[r] for r in TEN[1:]]),  # never below 1
     ({"vdf_rollout_canary": 3, "vdf_rollout_batches": ["100%"]}, [TEN[:3], TEN[3:]]),
     ({"vdf_rollout_canary": 12}, [TEN]),  # more canaries than rigs: all are canaries
+    # A maintenance run reboots its rigs: one at a time after the canary, unless told otherwise.
+    ({"vdf_rollout_action": "maintenance"}, [[r] for r in TEN]),
+    ({"vdf_rollout_action": "maintenance", "vdf_rollout_batches": 3},
+     [TEN[:1], TEN[1:4], TEN[4:7], TEN[7:]]),
 ])
 def test_batches_are_cut_as_serial_cuts_them(tmp_path, extra_vars, expected):
     assert batches_of(tmp_path, TEN, extra_vars, TEN) == expected

@@ -49,9 +49,11 @@ for scenario in "$@"; do
     start=$(date +%s.%N)
     run_phase "${phase}" "${scenario}"
     rc=$?
-    if [ "${rc}" -ne 0 ] && [ "${phase}" = create ]; then
-      # Molecule's own container start, none of the project's code: once more after a clean-up,
-      # saying why the first one failed (CI saw it fail once while another lane loaded the engine).
+    # `molecule create` also runs the scenario's prepare playbook: only a failure before prepare
+    # began is Molecule's own container start, none of the project's code, and is tried once
+    # more after a clean-up, saying why the first one failed (CI saw one fail, its cause not kept).
+    if [ "${rc}" -ne 0 ] && [ "${phase}" = create ] \
+        && ! grep -qF "[${scenario} > prepare] Executing" "${PHASE_LOG}"; then
       why_failed "${scenario}" create
       echo "molecule-timed: ${scenario} create failed; removing what it left and creating once more"
       molecule destroy -s "${scenario}" >/dev/null 2>&1 || true

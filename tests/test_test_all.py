@@ -30,6 +30,11 @@ exit 0
 MOLECULE = """#!/bin/bash
 # Stand-in for molecule: `molecule <phase> -s <scenario>`; FAIL names scenario:phase to fail.
 echo "$(date +%s.%N) start molecule $3 $1" >>"$STEPS"
+echo "INFO     [$3 > $1] Executing"
+# As Molecule does, `create` runs the prepare playbook too: FAIL=<scenario>:prepare fails there.
+if [ "$1" = create ] && [ "${FAIL:-}" = "$3:prepare" ]; then
+  echo "INFO     [$3 > prepare] Executing"; echo "fatal: $3 prepare failed"; exit 2
+fi
 echo "CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting."    # as Molecule 25 logs it
 [ "$1" = verify ] && sleep 0.5
 echo "$(date +%s.%N) end molecule $3 $1" >>"$STEPS"
@@ -157,6 +162,16 @@ def test_a_create_failing_twice_fails_the_scenario(tmp_path):
     assert run.returncode == 1
     assert "molecule default prepare" not in events
     assert re.search(r"^molecule default: FAILED  cleanup [0-9.]+  create -", run.stdout, re.M)
+
+
+def test_a_prepare_failing_inside_create_is_not_tried_again(tmp_path):
+    """The project's own prepare playbook, run by `molecule create`, gets no second chance."""
+    run, _ = run_all(tmp_path, {"default": SEQUENCE}, "default", FAIL="default:prepare")
+    assert run.returncode == 1
+    starts = (tmp_path / "steps.log").read_text().count("start molecule default create")
+    assert starts == 1, run.stdout
+    summary = run.stdout.split("== summary of make test")[1]
+    assert "why| default create: fatal: default prepare failed" in summary, summary
 
 
 def test_one_lane_runs_every_step_in_turn(tmp_path):

@@ -81,7 +81,10 @@ MARK="$(mktemp)"    # its time is the run's start; its lines, the dangling image
 rm -f .ci/lane-*.log
 # Set-up in two lanes, both mostly waiting on downloads: the virtualenv and then lint (it needs
 # nothing else), beside the engine, images and host packages (`make system`).
-venv_lane() { step venv make --no-print-directory venv && step lint make --no-print-directory lint; }
+venv_lane() {
+  step venv make --no-print-directory venv && step bytecode make --no-print-directory bytecode \
+    && step lint make --no-print-directory lint
+}
 LANE_PIDS=()
 lane lint venv_lane
 VENV_PID="${LANE_PIDS[0]}"; LANE_PIDS=()

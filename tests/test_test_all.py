@@ -115,6 +115,17 @@ def test_the_virtualenv_and_lint_run_beside_the_engine_and_images(tmp_path):
     assert re.search(r"^lint +ok", run.stdout, re.M), run.stdout
 
 
+def test_the_plugins_are_compiled_before_either_lane_starts(tmp_path):
+    """Before: Ansible compiled the role's filter plugins from source in every task's worker
+    where PYTHONDONTWRITEBYTECODE is set; `make bytecode` compiles them once, first."""
+    run, events = run_all(tmp_path, {"default": SEQUENCE}, "default")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert events["make venv"]["end"] <= events["make bytecode"]["start"]
+    lanes_start = min(events["make pytest"]["start"], events["molecule default destroy"]["start"])
+    assert events["make bytecode"]["end"] <= lanes_start
+    assert re.search(r"^bytecode +ok", run.stdout, re.M), run.stdout
+
+
 def test_no_lane_starts_without_the_virtualenv(tmp_path):
     run, events = run_all(tmp_path, {"default": SEQUENCE}, "default", FAIL="make:venv")
     assert run.returncode != 0

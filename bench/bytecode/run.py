@@ -16,9 +16,8 @@ Leaves the plugins compiled.
 Run by hand on a quiet machine with the simulated rig up and converged (`make demo`); no test
 runs it."""
 import argparse
+import importlib.util
 import json
-import os
-import re
 import resource
 import shutil
 import statistics
@@ -29,16 +28,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIRS = ["roles/vllm_dual_fast/filter_plugins", "plugins", "molecule/shared"]
-RECAP = re.compile(r"^vdf-sim-rig\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
+# The no-change bench's environment and recap reader (bench/noop/run.py), not copies of them.
+_spec = importlib.util.spec_from_file_location("noop_bench", ROOT / "bench/noop/run.py")
+noop = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(noop)
 
 
 def environment() -> dict:
-    env = dict(os.environ)
-    env["PATH"] = f"{ROOT / '.venv' / 'bin'}:{env['PATH']}"
-    env.setdefault("ANSIBLE_ROLES_PATH", str(ROOT / "roles"))
-    env.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+    env = noop.environment()
+    env.pop("ANSIBLE_CALLBACKS_ENABLED")    # no task profiler: its own work would be counted
     env["ANSIBLE_STRATEGY"] = "mitogen_linear"
-    env["ANSIBLE_NOCOLOR"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
@@ -62,12 +61,12 @@ def one_run(env: dict) -> dict:
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    found = [m for m in map(RECAP.match, run.stdout.splitlines()) if m]
-    ok, changed, unreachable, failed = map(int, found[-1].groups()) if found else (0, -1, -1, -1)
-    if run.returncode or changed or unreachable or failed:
-        sys.exit(f"bench: deploy.yml rc {run.returncode}, changed={changed} failed={failed}:\n"
+    counts = noop.recap(run.stdout)
+    if run.returncode or counts.get("changed", 1) or counts.get("unreachable", 1) \
+            or counts.get("failed", 1):
+        sys.exit(f"bench: deploy.yml rc {run.returncode}, recap {counts}:\n"
                  f"{run.stdout[-2000:]}{run.stderr[-1000:]}")
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "tasks_ok": ok}
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "tasks_ok": counts["ok"]}
 
 
 def main() -> int:

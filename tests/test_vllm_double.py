@@ -390,6 +390,34 @@ def test_hf_double_download_takes_its_knob_time_and_resumes_a_partial_file(tmp_p
     assert time.monotonic() - started >= 0.9  # the knob's time, split across both runs
 
 
+
+def test_hf_double_resume_takes_the_resume_knob_s_time_whatever_is_left(tmp_path):
+    """A resumed download's remainder takes `resume_s` however far the first one got, so a rig
+    test can watch it run for a known time. Before: the remainder was what was left of
+    download_s, which on a slow run could end before the role's first progress line."""
+    env = double_env(tmp_path)
+    home = tmp_path / "hf"
+    home.mkdir(exist_ok=True)
+    knob = home / "vllm-double.json"
+    knob.write_text(json.dumps({"weights_mb": 1, "download_s": 0.5, "resume_s": 1.5}))
+    proc = subprocess.Popen([sys.executable, "-m", "vllm._double.hf_cli", "download", "Org/Resume"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.35)  # most of the file written: download_s alone would leave ~0.15 s
+    proc.kill()
+    proc.wait(timeout=10)
+    [partial] = list(home.glob("hub/models--Org--Resume/snapshots/*/model.safetensors.incomplete"))
+    assert 0 < partial.stat().st_size < 1024 * 1024
+    started = time.monotonic()
+    resumed = hf(env, "download", "Org/Resume")
+    took = time.monotonic() - started
+    assert resumed.returncode == 0 and "resuming at" in resumed.stderr
+    assert 1.4 <= took < 5, took
+    # a first download ignores resume_s: it takes download_s
+    started = time.monotonic()
+    assert hf(env, "download", "Org/Fresh").returncode == 0
+    assert time.monotonic() - started < 1.4
+
+
 # --- streaming (SSE) ---------------------------------------------------------------------------
 
 def stream(server, max_tokens=16, include_usage=False, **extra):

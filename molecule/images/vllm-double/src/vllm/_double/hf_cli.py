@@ -17,9 +17,11 @@ from the bytes already there (stderr says "resuming at N bytes"), a finished one
 Test knobs (env): VLLM_DOUBLE_HF_FAIL=1 fails like a network error (exit 1),
 VLLM_DOUBLE_HF_DELAY_S sleeps before writing. A rig-side file, `$HF_HOME/vllm-double.json`
 (the host's model cache, which the role mounts there), sets the weights' size and how long the
-whole download takes: {"weights_mb": 64, "download_s": 40} (defaults 1 MB, 0 s), so tests on a
-rig can make a download take a known time without touching the role. Only those two top-level
-keys are read here: "by_version" (per-release overrides) is vllm serve's alone (server.rig_knobs).
+whole download takes: {"weights_mb": 64, "download_s": 40} (defaults 1 MB, 0 s), and how long
+the rest of a resumed one takes, however much is left: "resume_s" (default: its share of
+download_s), so tests on a rig can make a download take a known time without touching the role.
+Only those top-level keys are read here: "by_version" (per-release overrides) is vllm serve's
+alone (server.rig_knobs).
 """
 
 import argparse
@@ -80,9 +82,9 @@ def knobs() -> dict:
         return {}
 
 
-def write_weights(folder: str, size: int, duration_s: float) -> bool:
+def write_weights(folder: str, size: int, duration_s: float, resume_s=None) -> bool:
     """Grows folder/model.safetensors to `size` bytes over `duration_s`, resuming a partial
-    file; True when it wrote anything."""
+    file (its rest over `resume_s` when given); True when it wrote anything."""
     path = os.path.join(folder, "model.safetensors")
     if os.path.isfile(path):
         return False
@@ -92,13 +94,16 @@ def write_weights(folder: str, size: int, duration_s: float) -> bool:
     if have:
         sys.stderr.write(f"resuming at {have} bytes of {size}\n")
     chunk = max(size // 50, 1)
+    # seconds per byte: the whole file over duration_s, or what is left over resume_s
+    pace = resume_s / (size - have) if have and resume_s is not None and have < size \
+        else duration_s / size
     with open(part, "ab") as f:
         while have < size:
             n = min(chunk, size - have)
             f.write(b"\0" * n)
             f.flush()
             have += n
-            time.sleep(duration_s * n / size)
+            time.sleep(pace * n)
     os.replace(part, path)
     return True
 
@@ -111,8 +116,10 @@ def download(repo_id: str, revision: str = "main", cache_dir=None, local_dir=Non
     commit = fake_commit(repo_id, revision)
     snapshot = os.path.join(repo, "snapshots", commit)
     knob = knobs()
+    resume_s = knob.get("resume_s")
     wrote = write_weights(snapshot, int(float(knob.get("weights_mb", 1)) * 1024 * 1024),
-                          float(knob.get("download_s", 0)))
+                          float(knob.get("download_s", 0)),
+                          None if resume_s is None else float(resume_s))
     wrote = write_config(snapshot, repo_id, revision) or wrote
     if not is_commit(revision):  # as huggingface_hub: a branch or tag gets a ref, a hash none
         os.makedirs(os.path.join(repo, "refs"), exist_ok=True)

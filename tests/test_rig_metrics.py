@@ -1,0 +1,231 @@
+"""files/rig_metrics.py, the rig's textfile metrics, run as the timer runs it: against the
+nvidia-smi double (two 3090s, knobs for a narrow link, a busy card, throttling, a lost driver),
+the kernel-log double as journalctl and as dmesg (Xid lines written "into the kernel log"), and a
+health report of the schema's shape. The file it writes is checked by the real promtool (the
+format node_exporter's textfile collector reads) and read back sample by sample."""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kernel_log_stand_ins import install_kernel_log_tools
+
+ROOT = Path(__file__).resolve().parents[1]
+COLLECTOR = ROOT / "roles/vllm_dual_fast/files/rig_metrics.py"
+SMI_DOUBLE = ROOT / "molecule/doubles/nvidia-smi-double"
+_spec = importlib.util.spec_from_file_location("vdf_rig_metrics", COLLECTOR)
+rig_metrics = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rig_metrics)
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+XID_31 = "NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=python3, Ch 00000008"
+XID_79 = ("NVRM: Xid (PCI:0000:02:00): 79, pid='<unknown>', name=<unknown>, "
+          "GPU has fallen off the bus.")
+REPORT = {
+    "schema_version": 2, "host": "rig-a", "release": "0123456789abcdef", "image": "vllm:0.27.1",
+    "vllm_version": "0.27.1", "checked_at": "2026-12-03T10:00:00+00:00", "healthy": True,
+    "failures": [], "downtime_s": 41.5,
+    "smoke": {"ok": 4, "speed": {"c1": {"tokens_per_s": 52.25}, "cN": {"tokens_per_s": 38.5},
+                                 "concurrency": 4}},
+    "mtp": {"mean_acceptance_length": 2.75, "acceptance_rate": 0.44},
+}
+
+
+@pytest.fixture
+def rig(tmp_path):
+    """run(**knobs) runs the collector as the rig's timer does and returns {(metric, labels):
+    value} of the file it wrote; knobs go to the nvidia-smi double's config file."""
+    double_bin, real_bin = install_kernel_log_tools(tmp_path)
+    os.symlink(os.path.realpath(sys.executable), real_bin / "python3")
+    (double_bin / "nvidia-smi").symlink_to(SMI_DOUBLE)
+    textfiles = tmp_path / "node-exporter"
+    textfiles.mkdir()
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(REPORT))
+    last_good = tmp_path / "releases" / "0123456789abcdef"
+    last_good.mkdir(parents=True)
+    (last_good / "verdict.json").write_text(json.dumps(
+        {"release": "0123456789abcdef", "healthy_at": "2026-12-02T09:00:00+00:00",
+         "report": dict(REPORT, mtp={"mean_acceptance_length": 3.25})}))
+    (tmp_path / "last-good").symlink_to(last_good)
+    (tmp_path / "hf-cache").mkdir()
+
+    def run(env=None, args=(), **knobs):
+        (tmp_path / "smi.json").write_text(json.dumps(knobs))
+        full_env = {"PATH": f"{double_bin}:{real_bin}",
+                    "DMESG_DOUBLE_LINES": str(tmp_path / "lines"),
+                    "DMESG_DOUBLE_CONFIG": str(tmp_path / "dmesg.json"),
+                    "NVIDIA_SMI_DOUBLE_CONFIG": str(tmp_path / "smi.json"),
+                    "NVIDIA_SMI_DOUBLE_STATE_DIR": str(tmp_path / "smi-state"),
+                    "NVIDIA_SMI_DOUBLE_KERNEL_DIR": str(tmp_path / "no-kernel-double"),
+                    **(env or {})}
+        done = subprocess.run(
+            [sys.executable, str(COLLECTOR), "--out", str(textfiles / "vllm-dual-fast.prom"),
+             "--report", str(report), "--power-limit-target-w", "300",
+             "--last-good", str(tmp_path / "last-good"),
+             "--model-cache", str(tmp_path / "hf-cache"), *args],
+            env=full_env, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        run.text = (textfiles / "vllm-dual-fast.prom").read_text()
+        return parse(run.text)
+
+    run.lines = tmp_path / "lines"
+    run.report = report
+    run.last_good = last_good
+    run.folder = textfiles
+    return run
+
+
+def parse(text):
+    """{(metric, frozenset of label pairs): value} of a text-format file (no escapes used here)."""
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        name, _, inner = series.partition("{")
+        labels = frozenset(tuple(pair.split("=", 1)) for pair in inner.rstrip("}").split(",")
+                           if pair) if inner else frozenset()
+        samples[(name, frozenset((k, v.strip('"')) for k, v in labels))] = float(value)
+    return samples
+
+
+def value(samples, metric, **labels):
+    matches = [v for (name, got), v in samples.items()
+               if name == metric and set(labels.items()) <= set(got)]
+    assert len(matches) == 1, (metric, labels, sorted(k for k in samples if k[0] == metric))
+    return matches[0]
+
+
+def write_kernel_line(rig, text, at=1796131722.0):
+    with open(rig.lines, "a") as f:
+        f.write(f"{at:.6f} {text}\n")
+
+
+def test_each_card_s_telemetry_comes_from_nvidia_smi(rig):
+    samples = rig(temperature_c=71, sm_clock_mhz=1395)
+    for gpu in ("0", "1"):
+        assert value(samples, "vdf_gpu_temperature_celsius", gpu=gpu) == 71
+        assert value(samples, "vdf_gpu_sm_clock_hertz", gpu=gpu) == 1395e6
+        assert value(samples, "vdf_gpu_power_limit_watts", gpu=gpu) == 350
+        assert value(samples, "vdf_gpu_power_limit_target_watts", gpu=gpu) == 300
+        assert value(samples, "vdf_gpu_power_draw_watts", gpu=gpu) == pytest.approx(21.37)
+        assert value(samples, "vdf_gpu_memory_used_bytes", gpu=gpu) == 1024 * 1024
+        assert value(samples, "vdf_gpu_pcie_link_width_max", gpu=gpu) == 16
+    assert value(samples, "vdf_gpu_temperature_celsius", bus_id="00000000:02:00.0") == 71
+    assert value(samples, "vdf_rig_metrics_source_up", source="nvidia") == 1
+
+
+def test_an_idle_link_runs_at_gen_1_a_busy_one_as_trained_and_a_narrow_one_shows(rig):
+    idle = rig()
+    assert value(idle, "vdf_gpu_pcie_link_gen", gpu="0") == 1    # trained down at rest
+    assert value(idle, "vdf_gpu_pcie_link_gen_max", gpu="0") == 4
+    busy = rig(utilization_pct=97, pcie_gen_trained=3, pcie_width_trained=4)
+    assert value(busy, "vdf_gpu_utilization_ratio", gpu="1") == pytest.approx(0.97)
+    assert value(busy, "vdf_gpu_pcie_link_gen", gpu="1") == 3
+    assert value(busy, "vdf_gpu_pcie_link_width", gpu="1") == 4
+    assert value(busy, "vdf_gpu_pcie_link_width_max", gpu="1") == 16
+
+
+def test_clock_event_reasons_are_one_series_per_nvml_reason(rig):
+    samples = rig(clocks_event_reasons="0x0000000000000024")    # SW power cap + SW thermal
+    held = {reason for reason in rig_metrics.CLOCK_EVENT_REASONS
+            if value(samples, "vdf_gpu_clocks_event_active", gpu="0", reason=reason)}
+    assert held == {"sw_power_cap", "sw_thermal_slowdown"}
+
+
+@pytest.mark.parametrize("journal", ["1", "0"], ids=["journald", "dmesg"])
+def test_xid_lines_are_counted_by_bus_and_code_from_the_log_the_health_check_reads(rig, journal):
+    write_kernel_line(rig, XID_31)
+    write_kernel_line(rig, XID_31, at=1796131723.0)
+    write_kernel_line(rig, XID_79)
+    samples = rig(env={"JOURNAL_KEEPS_KERNEL": journal})
+    assert value(samples, "vdf_gpu_xid_total", pci="0000:01:00", code="31") == 2
+    assert value(samples, "vdf_gpu_xid_total", pci="0000:02:00", code="79") == 1
+    # watched codes are there at 0 on both cards before their first line, so a rule sees the
+    # first one as an increase
+    assert value(samples, "vdf_gpu_xid_total", pci="0000:02:00", code="31") == 0
+    assert value(samples, "vdf_gpu_xid_total", pci="0000:01:00", code="79") == 0
+    assert value(samples, "vdf_rig_metrics_source_up", source="kernel") == 1
+    calls = (rig.lines.parent / "real" / "calls.log").read_text()
+    assert ("dmesg" in calls) == (journal == "0"), calls
+
+
+def test_the_last_verdict_s_figures_come_from_the_health_report(rig):
+    samples = rig()
+    assert value(samples, "vdf_report_healthy") == 1
+    assert value(samples, "vdf_report_info", release="0123456789abcdef", vllm_version="0.27.1") == 1
+    assert value(samples, "vdf_report_checked_timestamp_seconds") == 1796292000
+    assert value(samples, "vdf_report_decode_tokens_per_second", concurrency="1") == 52.25
+    assert value(samples, "vdf_report_decode_tokens_per_second", concurrency="4") == 38.5
+    assert value(samples, "vdf_report_mtp_mean_acceptance_length") == 2.75
+    assert value(samples, "vdf_report_switch_downtime_seconds") == 41.5
+    assert value(samples, "vdf_last_good_mtp_mean_acceptance_length") == 3.25
+    rig.report.write_text(json.dumps(dict(REPORT, healthy=False, downtime_s=None, mtp={})))
+    samples = rig()
+    assert value(samples, "vdf_report_healthy") == 0
+    assert not [k for k in samples if k[0] in ("vdf_report_switch_downtime_seconds",
+                                                "vdf_report_mtp_mean_acceptance_length")]
+
+
+def test_a_source_that_cannot_be_read_is_a_metric_and_the_others_are_still_written(rig):
+    write_kernel_line(rig, XID_79)
+    rig.report.write_text("{not json")
+    samples = rig(fault="no-driver")
+    assert value(samples, "vdf_rig_metrics_source_up", source="nvidia") == 0
+    assert value(samples, "vdf_rig_metrics_source_up", source="report") == 0
+    assert value(samples, "vdf_rig_metrics_source_up", source="kernel") == 1
+    assert not [k for k in samples if k[0].startswith("vdf_gpu_") and k[0] != "vdf_gpu_xid_total"]
+    # the Xid the kernel logged is still counted, on the bus the line names
+    assert value(samples, "vdf_gpu_xid_total", pci="0000:02:00", code="79") == 1
+
+
+def test_the_model_cache_s_file_system_is_measured_where_the_cache_is(rig, tmp_path):
+    samples = rig()
+    stat = os.statvfs(tmp_path / "hf-cache")
+    assert value(samples, "vdf_model_cache_filesystem_size_bytes") == stat.f_blocks * stat.f_frsize
+    avail = value(samples, "vdf_model_cache_filesystem_avail_bytes")
+    assert 0 < avail <= stat.f_blocks * stat.f_frsize
+    (rig.last_good / "verdict.json").unlink()
+    samples = rig()
+    assert value(samples, "vdf_rig_metrics_source_up", source="last_good") == 0
+    assert value(samples, "vdf_rig_metrics_source_up", source="model_cache") == 1
+
+
+def test_the_file_is_valid_text_format_and_declares_only_known_metrics(rig):
+    write_kernel_line(rig, XID_31)
+    samples = rig(utilization_pct=50)
+    assert {name for name, _ in samples} <= set(rig_metrics.METRICS)
+    checked = subprocess.run([PROMTOOL, "check", "metrics"], input=rig.text, capture_output=True,
+                             text=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_file_is_replaced_whole_and_no_temporary_file_is_left(rig):
+    rig()
+    target = rig.folder / "vllm-dual-fast.prom"
+    with open(target) as reader:    # a scrape reading the old file as the next run writes
+        before = reader.read()
+        rig(temperature_c=90)
+        assert reader.seek(0) == 0 and reader.read() == before
+    assert "vdf_gpu_temperature_celsius" in target.read_text()
+    assert value(parse(target.read_text()), "vdf_gpu_temperature_celsius", gpu="0") == 90
+    assert sorted(p.name for p in rig.folder.iterdir()) == ["vllm-dual-fast.prom"]
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+def test_samples_and_exposition_are_pure_functions_of_their_input():
+    rows = rig_metrics.gpu_samples("0, 00000000:01:00.0, 60, [N/A], 300.00, 1700, 4, 4, 8, 16, "
+                                   "100, 0, 0x0000000000000001")
+    names = [name for name, _, _ in rows]
+    assert "vdf_gpu_power_draw_watts" not in names    # [N/A] is left out, not written as 0
+    assert ("vdf_gpu_pcie_link_width", {"gpu": "0", "bus_id": "00000000:01:00.0"}, 8) in rows
+    text = rig_metrics.exposition(rows)
+    assert text.count("# TYPE vdf_gpu_clocks_event_active gauge") == 1
+    assert 'vdf_gpu_clocks_event_active{gpu="0",bus_id="00000000:01:00.0",reason="gpu_idle"} 1' \
+        in text

@@ -294,6 +294,15 @@ def _pulled(report) -> bool:
     return bool(report) and (report.get("_from") == "pulled" or bool(_pull(report)))
 
 
+def news_of(report):
+    """(when, what) of a pulled rig's newest news: its health check's checked_at, or the pull
+    run's own "at" when that run was refused or failed (it checked no health, but the rig is
+    alive); when is None if that time cannot be read."""
+    what = "pull run" if _pull_refused(report) or _pull_failed(report) else "health check"
+    return parse_time(_pull(report).get("at") if what == "pull run"
+                      else report.get("checked_at")), what
+
+
 def staleness(report, now=None, stale_after=STALE_AFTER_S):
     """(age in seconds or None, what) when a pulled rig's newest news is older than
     `stale_after` seconds before `now`, else None. The news is the report's checked_at (its
@@ -301,8 +310,7 @@ def staleness(report, now=None, stale_after=STALE_AFTER_S):
     health, but the rig is alive). A pushed report, or no `now`, is never stale."""
     if now is None or not _pulled(report):
         return None
-    what = "pull run" if _pull_refused(report) or _pull_failed(report) else "health check"
-    when = parse_time(_pull(report).get("at") if what == "pull run" else report.get("checked_at"))
+    when, what = news_of(report)
     age = None if when is None else (now - when).total_seconds()
     if age is not None and age <= stale_after:
         return None

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 QUERY = ("index,pci.bus_id,temperature.gpu,power.draw,power.limit,clocks.sm,"
          "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,"
@@ -118,6 +118,17 @@ METRICS = {
         "gauge", "Bytes free to non-root users on the file system of the model cache."),
     "vdf_model_cache_filesystem_size_bytes": (
         "gauge", "Size of the file system of the model cache."),
+    # Written on the monitoring host by pull_metrics.py, from the reports pull rigs upload, each
+    # series labelled with its `rig` (the vdf_report_* above come with them).
+    "vdf_pull_report_timestamp_seconds": (
+        "gauge", "When a pull rig's newest verified news was made (epoch): its health check, or "
+                 "its pull run when that run was refused or failed."),
+    "vdf_pull_state": (
+        "gauge", "1 for the state of a pull rig's newest verified run (applied, unchanged, "
+                 "refused, failed, rolled-back), 0 for the others."),
+    "vdf_pull_unverified_uploads": (
+        "gauge", "Uploads that did not verify as the rig they name (listed apart in the fleet "
+                 "report, counted nowhere)."),
     "vdf_rig_metrics_source_up": (
         "gauge", "1 when this run could read the source (nvidia, kernel, report, last_good, "
                  "model_cache), else 0."),
@@ -184,10 +195,12 @@ def xid_samples(counts, buses):
 
 
 def _epoch(iso):
+    """Epoch seconds of an ISO 8601 time; one without an offset is UTC (as the reports write)."""
     try:
-        return datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp()
+        when = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
     except ValueError:
         return None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def report_samples(report):

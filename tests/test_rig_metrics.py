@@ -229,3 +229,10 @@ def test_samples_and_exposition_are_pure_functions_of_their_input():
     assert text.count("# TYPE vdf_gpu_clocks_event_active gauge") == 1
     assert 'vdf_gpu_clocks_event_active{gpu="0",bus_id="00000000:01:00.0",reason="gpu_idle"} 1' \
         in text
+
+
+def test_a_report_time_without_an_offset_is_utc_as_the_reports_write_it():
+    report = dict(REPORT, checked_at="2026-12-03T10:00:00")
+    [checked] = [v for name, _, v in rig_metrics.report_samples(report)
+                 if name == "vdf_report_checked_timestamp_seconds"]
+    assert checked == 1796292000

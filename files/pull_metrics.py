@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Pull rigs as metrics: the reports rigs behind NAT upload become series on the monitoring host,
+so a pull rig that stops reporting, or whose runs are refused or fail, alerts like a scraped rig.
+
+    python3 pull_metrics.py --pulled DIR --rig-keys FILE --out FILE.prom
+
+Reads DIR as fleet_report.py --pulled does (each upload verified against the fleet's rig keys;
+one that does not verify is counted in vdf_pull_unverified_uploads and nowhere else) and writes,
+per verified rig, labelled `rig`: vdf_pull_report_timestamp_seconds (its newest news, as the fleet
+report judges staleness), vdf_pull_state{state} and the last verdict's vdf_report_* series
+(rig_metrics.report_samples). Names and help: rig_metrics.METRICS. Written whole (temporary file,
+then rename) for node_exporter's textfile collector on the monitoring host, scraped with
+honor_labels so each series keeps its rig. Without --rig-keys nothing is read as verified: every
+upload counts as unverified. Exit codes: 0 written, 2 bad input, 1 unexpected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fleet_report  # noqa: E402 (a sibling in files/, copied together)
+import rig_metrics  # noqa: E402
+
+PULL_STATES = ("applied", "unchanged", "refused", "failed", "rolled-back")
+
+
+def pull_state(report) -> str:
+    """The pull run's state as the alerts name it; "" when the run's tag names none they know.
+    release-failed is a release that failed health and was rolled back."""
+    if fleet_report._pull_refused(report):
+        return "refused"
+    state = fleet_report._pull(report).get("state")
+    if state == "release-failed":
+        return "rolled-back"
+    if fleet_report._pull_failed(report):
+        return "failed"
+    return state if state in PULL_STATES else ""
+
+
+def rig_samples(rig, report):
+    """The series of one verified pull rig."""
+    labels = {"rig": rig}
+    samples = [(name, dict(labels, **found), value)
+               for name, found, value in rig_metrics.report_samples(report)]
+    when, _what = fleet_report.news_of(report)
+    if when is not None:
+        samples.append(("vdf_pull_report_timestamp_seconds", labels, when.timestamp()))
+    state = pull_state(report)
+    samples += [("vdf_pull_state", dict(labels, state=name), 1 if name == state else 0)
+                for name in PULL_STATES]
+    return samples
+
+
+def pull_samples(pulled: dict, unverified: int):
+    """Every series of a run: each verified rig's, in name order, and the unverified count."""
+    samples = []
+    for rig in sorted(pulled):
+        if pulled[rig].get("_verified"):
+            samples += rig_samples(rig, pulled[rig])
+    return samples + [("vdf_pull_unverified_uploads", {}, unverified)]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pulled", required=True, help="the folder pull rigs upload to")
+    parser.add_argument("--rig-keys", help="the fleet's list of rig keys (allowed signers)")
+    parser.add_argument("--out", required=True, help="the .prom file to write")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 2 if exc.code else 0
+    try:
+        keys, notes = None, []
+        if args.rig_keys:
+            keys_path, enrolled, notes = fleet_report.read_rig_keys(args.rig_keys)
+            keys = (keys_path, enrolled)
+        pulled, more, apart = fleet_report.load_pulled_dir(args.pulled, keys)
+    except fleet_report.BadInput as exc:
+        sys.stderr.write(f"pull_metrics: {exc}\n")
+        return 2
+    for note in notes + more + [f"{forged['file']}: not verified: {forged['why']}"
+                                for forged in apart]:
+        sys.stderr.write(f"pull_metrics: {note}\n")
+    unverified = len(apart) + sum(1 for report in pulled.values() if not report.get("_verified"))
+    rig_metrics.write_atomic(args.out, rig_metrics.exposition(pull_samples(pulled, unverified)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -168,8 +168,9 @@ def test_a_driver_install_names_the_next_kernel_without_a_prebuilt_module(
 ):
     """A rig whose installer (or an apt upgrade) brought a kernel Canonical has not built the
     module for yet: the module meta still names the previous ABI's, so installing the driver
-    leaves GRUB's next kernel without GPUs. ubuntu-drivers would switch to DKMS silently; the
-    role's check names the kernel before anything is installed."""
+    leaves GRUB's next kernel without GPUs. ubuntu-drivers installs nothing there, or DKMS with
+    --include-dkms (test_ubuntu_drivers_double.py); the role's check names the kernel before
+    anything is installed."""
     apt = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot=snapshot)
     apt.run("install", f"linux-{FLAVOUR}")
     assert _gap(apt, drv.ubuntu_driver_packages(BRANCH, FLAVOUR)) == gap

@@ -44,8 +44,9 @@ def kernel_without_module(plan, installed, branch):
     """The kernel GRUB would boot once APT carried out `plan` (apt_simulation's) on a rig with
     the `installed` package names, when Canonical's signed NVIDIA module of the -server branch
     (linux-modules-nvidia-<branch>-server-<kernel>) would be missing for it; else "". Canonical
-    can publish a kernel before its module: ubuntu-drivers then falls back to DKMS without a
-    word (ubuntu-drivers-common's get_linux_modules_metapackage); the role stops instead."""
+    can publish a kernel before its module: ubuntu-drivers then installs nothing, or DKMS with
+    --include-dkms (ubuntu-drivers-common's get_linux_modules_metapackage); the role stops and
+    says why."""
     names = set(installed or []) | {item["name"] for item in (plan or {}).get("install", [])}
     names -= set((plan or {}).get("remove", []))
     kernels = [n.removeprefix("linux-image-") for n in names if re.match(r"linux-image-\d", n)]

@@ -277,11 +277,12 @@ def _run(argv):
 
 def kernel_lines():
     """This boot's kernel log lines, from journald when it keeps them, else dmesg; None when
-    neither can be read. The same choice as the health check (tasks/kernel_log.yml)."""
-    base = ["journalctl", "_TRANSPORT=kernel", "--boot=0", "--quiet", "--no-pager",
-            "--output=short-unix"]
-    kept = _run(base + ["--lines=1"])
-    text = _run(base) if kept and kept.strip() else _run(["dmesg"])
+    neither can be read. The same choice as the health check (tasks/kernel_log.yml), in one
+    read of the journal: none of its lines means journald keeps no kernel lines here."""
+    text = _run(["journalctl", "_TRANSPORT=kernel", "--boot=0", "--quiet", "--no-pager",
+                 "--output=short-unix"])
+    if not (text and text.strip()):
+        text = _run(["dmesg"])
     return None if text is None else text.splitlines()
 
 

@@ -352,6 +352,36 @@ def test_without_a_metrics_token_metrics_is_not_published(tmp_path, backend):
     assert f"server 127.0.0.1:{backend};" in site and f"listen {LAN}:" in site
 
 
+def test_node_metrics_come_from_node_exporter_on_loopback_only_with_the_scrape_token(
+        tmp_path, backend):
+    """/node-metrics (node_exporter with the rig's GPU, Xid and verdict metrics): the same token
+    as /metrics, passed to node_exporter's loopback port and never to it with the token. The
+    stand-in answers node_exporter's /metrics."""
+    with running_proxy(tmp_path, backend, vllm_dual_fast_node_exporter_port=backend) as running:
+        port = running["port"]
+        GuardLikeVllm.seen.clear()
+        ok = request(port, "GET", "/node-metrics",
+                     headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        assert ok[0] == 200 and json.loads(ok[1]) == {"path": "/metrics"}
+        for headers in ({}, BEARER, {"Authorization": f"Bearer {METRICS_TOKEN.upper()}"}):
+            assert request(port, "GET", "/node-metrics", headers=headers)[0] == 404, headers
+        assert GuardLikeVllm.seen == ["/metrics"]    # the refused ones reached nothing
+        assert GuardLikeVllm.authorization["/metrics"] is None
+
+
+def test_without_rig_metrics_or_a_token_node_metrics_is_not_published(tmp_path, backend):
+    cases = ({"vllm_dual_fast_rig_metrics": False}, {"vllm_dual_fast_metrics_token": ""})
+    for number, overrides in enumerate(cases):
+        paths = nginx_tree(tmp_path / str(number))
+        result, out = render_site(paths["conf"].parent, paths,
+                                  {"lan": free_port(LAN), "engine": backend}, **overrides)
+        assert result.returncode == 0, out
+        site = (paths["conf"] / "conf.d/vllm-dual-fast.conf").read_text()
+        assert "location = /node-metrics" not in site, overrides
+        assert ("location = /metrics" in site) == bool(
+            overrides.get("vllm_dual_fast_metrics_token", METRICS_TOKEN)), overrides
+
+
 def test_a_refused_candidate_leaves_the_installed_site(tmp_path, proxy):
     """The role's template task with a candidate nginx refuses (a token with a quote breaks the
     map): the play fails, the file on disk is the old one, and nginx still serves."""

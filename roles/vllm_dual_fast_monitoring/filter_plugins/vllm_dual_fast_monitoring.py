@@ -1,0 +1,43 @@
+"""Which rigs the monitoring host scrapes, and why it skips the others (pure functions)."""
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def rig_facts(names, varsets):
+    """One dict per rig, what scrape_targets reads, from the rigs' inventory variables (the
+    rig role's defaults where a rig sets none: port 8000, loopback bind, no token)."""
+    facts = []
+    for name, found in zip(names, varsets, strict=True):
+        facts.append({"rig": name, "address": found.get("ansible_host", name),
+                      "port": found.get("vllm_dual_fast_port", 8000),
+                      "bind": found.get("vllm_dual_fast_bind_address", "127.0.0.1"),
+                      "token": found.get("vllm_dual_fast_metrics_token", ""),
+                      "pull": bool(found.get("vllm_dual_fast_pull_repo_url", ""))})
+    return facts
+
+
+def scrape_targets(rigs):
+    """(targets, skipped) from one dict per rig of the rig group: {rig, address, port, bind,
+    token, pull}. A rig is scraped through its nginx at address:port when it publishes on the
+    LAN (a bind address not loopback) with a metrics token and is not a pull rig (behind NAT:
+    seen through its reports). targets: [{rig, target}]; skipped: [{rig, why}]."""
+    targets, skipped = [], []
+    for rig in rigs:
+        name = rig["rig"]
+        if rig.get("pull"):
+            skipped.append({"rig": name, "why": "a pull rig: seen through the reports it uploads"})
+        elif str(rig.get("bind", "127.0.0.1")) in LOOPBACK:
+            skipped.append({"rig": name, "why": "serves on loopback only (no LAN proxy to scrape)"})
+        elif not rig.get("token"):
+            skipped.append({"rig": name, "why": "has no vllm_dual_fast_metrics_token"})
+        else:
+            address = str(rig.get("address") or name)
+            host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+            targets.append({"rig": name, "target": f"{host}:{int(rig.get('port', 8000))}"})
+    return targets, skipped
+
+
+class FilterModule:
+    def filters(self):
+        return {"vllm_dual_fast_monitoring_rig_facts": rig_facts,
+                "vllm_dual_fast_monitoring_scrape_targets": scrape_targets}

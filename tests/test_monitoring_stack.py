@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -63,6 +64,26 @@ def serving(handler):
         server.server_close()
 
 
+REPORT = {"release": "0123456789abcdef", "healthy": True, "checked_at": "2026-12-03T10:00:00Z",
+          "smoke": {"speed": {"c1": {"tokens_per_s": 50.0}, "cN": {"tokens_per_s": 40.0},
+                              "concurrency": 4}},
+          "mtp": {"mean_acceptance_length": 2.8}, "downtime_s": 30.0}
+# vLLM 0.27's own series the rules and the dashboard read, as an idle engine exports them.
+ENGINE = 'model_name="qwen3.8-27b",engine="0"'
+VLLM_METRICS = "".join(
+    f"{name}{{{ENGINE}}} {value}\n" for name, value in (
+        ("vllm:num_requests_running", 0), ("vllm:num_requests_waiting", 0),
+        ("vllm:generation_tokens_total", 100), ("vllm:kv_cache_usage_perc", 0.01),
+        ("vllm:spec_decode_num_drafts_total", 40),
+        ("vllm:spec_decode_num_draft_tokens_total", 160),
+        ("vllm:spec_decode_num_accepted_tokens_total", 72),
+        ("vllm:time_to_first_token_seconds_count", 10),
+        ("vllm:time_to_first_token_seconds_sum", 2.5),
+    )) + "".join(
+    f'vllm:time_to_first_token_seconds_bucket{{{ENGINE},le="{le}"}} {n}\n'
+    for le, n in (("0.1", 2), ("0.5", 9), ("1.0", 10), ("+Inf", 10)))
+
+
 class RigNginx(BaseHTTPRequestHandler):
     """The rig's nginx as the monitoring host meets it: /node-metrics and /metrics with the
     scrape token, else 404; `engine_up` False answers /metrics 502 (the engine stopped)."""
@@ -83,14 +104,16 @@ class RigNginx(BaseHTTPRequestHandler):
                 "0, 00000000:01:00.0, 40, 120, 300, 1700, 4, 4, 16, 16, 1000, 30, 0x0\n"
                 "1, 00000000:02:00.0, 41, 118, 300, 1700, 4, 4, 16, 16, 1000, 30, 0x0\n")
             counts = {("0000:01:00", 31): self.xid31} if self.xid31 else {}
-            samples = gpus + rig_metrics.xid_samples(counts, ["0000:01:00", "0000:02:00"]) + [
-                ("vdf_rig_metrics_last_run_timestamp_seconds", {}, float(int(time.time())))]
+            samples = (gpus + rig_metrics.xid_samples(counts, ["0000:01:00", "0000:02:00"])
+                       + rig_metrics.report_samples(REPORT) + rig_metrics.last_good_samples(
+                           {"report": REPORT}) + rig_metrics.cache_samples("/")
+                       + [("vdf_rig_metrics_last_run_timestamp_seconds", {},
+                           float(int(time.time())))])
             return self.answer(200, rig_metrics.exposition(samples))
         if self.path == "/metrics":
             if not self.engine_up:
                 return self.answer(502, "bad gateway")
-            return self.answer(200, "vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
-                                    "vllm:generation_tokens_total 100\n")
+            return self.answer(200, VLLM_METRICS)
         return self.answer(404, "")
 
     def answer(self, status, text):
@@ -312,6 +335,30 @@ def test_a_pull_rig_that_stopped_reporting_and_was_refused_alerts(stack):
         "VllmDualFastPullReportStale", "firing", 0, rig="rig-c"), 60)
     wait_until("the refused pull", lambda: notified(
         "VllmDualFastPullRefused", "firing", 0, rig="rig-c"), 60)
+
+
+def test_every_dashboard_panel_s_query_returns_data(stack):
+    """files/dashboards/vllm-dual-fast.json (for owners who run Grafana): every query of every
+    panel, with the rig variable at All and Grafana's rate interval at 1m, answered with data by
+    the live Prometheus; so is the rig variable's own query."""
+    dashboard = json.loads((ROOT / "files/dashboards/vllm-dual-fast.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"]
+               for target in panel.get("targets", [])]
+    assert len(queries) >= 15
+    wait_until("two scrapes of every target", lambda: _has_data(stack["api"], (
+        "count_over_time(vllm:generation_tokens_total[1m]) > 2")), 30)
+    empty = [query for query in queries if not _has_data(stack["api"], query.replace(
+        "$rig", ".*").replace("$__rate_interval", "1m"))]
+    assert empty == []
+    [variable] = dashboard["templating"]["list"]
+    assert variable["query"] == "label_values(vdf_report_healthy, rig)"
+    labels = get_json(f"{stack['api']}/label/rig/values?match[]=vdf_report_healthy")["data"]
+    assert {"rig-a", "rig-c"} <= set(labels)
+
+
+def _has_data(api, query):
+    found = get_json(f"{api}/query?query={urllib.parse.quote(query)}")
+    return found["status"] == "success" and len(found["data"]["result"]) > 0
 
 
 def test_alerts_that_would_reach_no_one_are_refused_before_anything_changes(tmp_path):

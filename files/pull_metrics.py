@@ -7,9 +7,11 @@ so a pull rig that stops reporting, or whose runs are refused or fail, alerts li
 Reads DIR as fleet_report.py --pulled does (each upload verified against the fleet's rig keys;
 one that does not verify is counted in vdf_pull_unverified_uploads and nowhere else) and writes,
 per verified rig, labelled `rig`: vdf_pull_report_timestamp_seconds (its newest news, as the fleet
-report judges staleness), vdf_pull_state{state} and the last verdict's vdf_report_* series
-(rig_metrics.report_samples). Names and help: rig_metrics.METRICS. Written whole (temporary file,
-then rename) for node_exporter's textfile collector on the monitoring host, scraped with
+report judges staleness), vdf_pull_state{state}, the last verdict's vdf_report_* series
+(rig_metrics.report_samples) and the GPU telemetry the report carries (its speed_conditions:
+temperature, power limit, SM clock and clock event reasons per GPU, as of its last speed run).
+Names and help: rig_metrics.METRICS. Written whole (temporary file, then rename) for
+node_exporter's textfile collector on the monitoring host, scraped with
 honor_labels so each series keeps its rig. Without --rig-keys nothing is read as verified: every
 upload counts as unverified. Exit codes: 0 written, 2 bad input, 1 unexpected.
 """
@@ -40,11 +42,37 @@ def pull_state(report) -> str:
     return state if state in PULL_STATES else ""
 
 
+# The GPU telemetry a report carries: what the GPUs were at after its last speed run
+# (health-report.schema.json, speed_conditions: one list entry per GPU).
+CONDITION_METRICS = (("temperature_c", "vdf_gpu_temperature_celsius", 1),
+                     ("power_limit_w", "vdf_gpu_power_limit_watts", 1),
+                     ("sm_clock_mhz", "vdf_gpu_sm_clock_hertz", 1e6))
+
+
+def gpu_samples(conditions):
+    """vdf_gpu_* series, labelled gpu, from a report's speed_conditions ({} gives none)."""
+    samples = []
+    for key, metric, factor in CONDITION_METRICS:
+        for index, value in enumerate((conditions or {}).get(key) or []):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                samples.append((metric, {"gpu": str(index)}, float(value) * factor))
+    for index, mask in enumerate((conditions or {}).get("clocks_event_reasons") or []):
+        try:
+            bits = int(str(mask), 16)
+        except ValueError:
+            continue
+        samples += [("vdf_gpu_clocks_event_active", {"gpu": str(index), "reason": reason},
+                     1 if bits & bit else 0)
+                    for reason, bit in rig_metrics.CLOCK_EVENT_REASONS.items()]
+    return samples
+
+
 def rig_samples(rig, report):
     """The series of one verified pull rig."""
     labels = {"rig": rig}
     samples = [(name, dict(labels, **found), value)
-               for name, found, value in rig_metrics.report_samples(report)]
+               for name, found, value in rig_metrics.report_samples(report)
+               + gpu_samples(report.get("speed_conditions"))]
     when, _what = fleet_report.news_of(report)
     if when is not None:
         samples.append(("vdf_pull_report_timestamp_seconds", labels, when.timestamp()))

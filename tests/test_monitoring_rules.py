@@ -150,10 +150,19 @@ def test_a_changed_threshold_lands_in_the_rules(rendered):
     assert 'code!~"31|79|48"' in by_name["VllmDualFastGpuXid"]["expr"]
 
 
-def test_every_threshold_variable_is_used_and_every_used_one_has_a_default():
+def test_every_variable_is_used_has_a_default_and_a_spec():
+    """Every default is read by the rules or by another of the role's files, every variable the
+    rules read has a default, and every default is in meta/argument_specs.yml (validated)."""
     defaults = set(yaml.safe_load((ROLE / "defaults/main.yml").read_text()))
-    used = set(re.findall(r"\bvllm_dual_fast_monitoring_\w+", TEMPLATE.read_text()))
-    assert used == defaults
+    in_rules = set(re.findall(r"\bvllm_dual_fast_monitoring_\w+", TEMPLATE.read_text()))
+    elsewhere = set()
+    for path in [*ROLE.glob("tasks/*.yml"), *ROLE.rglob("templates/**/*.j2")]:
+        if path != TEMPLATE:
+            elsewhere |= set(re.findall(r"\bvllm_dual_fast_monitoring_\w+", path.read_text()))
+    assert in_rules <= defaults
+    assert defaults == in_rules | (elsewhere & defaults), defaults - in_rules - elsewhere
+    specs = yaml.safe_load((ROLE / "meta/argument_specs.yml").read_text())
+    assert set(specs["argument_specs"]["main"]["options"]) == defaults
 
 
 def test_every_alert_has_a_severity_a_summary_and_an_action(rendered):

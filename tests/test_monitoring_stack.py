@@ -406,3 +406,15 @@ def test_which_rigs_are_scraped_and_why_not(rig, outcome):
         assert targets_ == [{"rig": "a", "target": text}] and skipped == []
     else:
         assert targets_ == [] and text in skipped[0]["why"]
+
+
+def test_a_wrong_variable_fails_at_argument_validation_before_anything_runs(tmp_path):
+    plays = [{"name": "The monitoring role", "hosts": "localhost", "gather_facts": False,
+              "roles": [{"role": "vllm_dual_fast_monitoring"}]}]
+    result, out = run_playbook(tmp_path, plays, {
+        "vllm_dual_fast_monitoring_webhook_url": "http://127.0.0.1:9/hook",
+        "vllm_dual_fast_monitoring_pull_metrics_interval_s": "often"})
+    assert result.returncode != 0, out
+    assert "vllm_dual_fast_monitoring_pull_metrics_interval_s" in out, out
+    assert "Validating arguments against arg spec 'main'" in out, out
+    assert "Refuse alerts that would reach no one" not in out, out

@@ -109,3 +109,18 @@ def test_a_newer_report_replaces_the_older_one_for_its_rig(fleet):
         "2026-12-03T00:00:00Z")
     assert value(samples, "vdf_report_healthy", rig="rig-a") == 0
     assert states(samples, "rig-a") == {"unchanged"}
+
+
+def test_the_gpu_telemetry_a_report_carries_becomes_the_rig_s_gpu_series(fleet):
+    body = pulled_report("rig-a", {"state": "applied", "rc": 0}, speed_conditions={
+        "power_limit_w": [300.0, 280.0], "temperature_c": [61.0, 84.0],
+        "sm_clock_mhz": [1695.0, 1395.0], "clocks_event_reasons": ["0x0", "0x0000000000000020"],
+        "driver_version": "580.95.05"})
+    samples = fleet({"rig-a.json": fleet.keys.upload("rig-a", body)})
+    assert value(samples, "vdf_gpu_temperature_celsius", rig="rig-a", gpu="1") == 84
+    assert value(samples, "vdf_gpu_power_limit_watts", rig="rig-a", gpu="1") == 280
+    assert value(samples, "vdf_gpu_sm_clock_hertz", rig="rig-a", gpu="0") == 1695e6
+    assert value(samples, "vdf_gpu_clocks_event_active", rig="rig-a", gpu="1",
+                 reason="sw_thermal_slowdown") == 1
+    assert value(samples, "vdf_gpu_clocks_event_active", rig="rig-a", gpu="0",
+                 reason="sw_thermal_slowdown") == 0

@@ -192,6 +192,21 @@ def test_one_lane_runs_every_step_in_turn(tmp_path):
     assert events["molecule default destroy"]["start"] >= events["molecule fleet verify"]["end"]
 
 
+def test_three_lanes_run_fleet_from_the_start_and_driver_after_pytest(tmp_path):
+    scenarios = {name: SEQUENCE for name in ("deploy", "fleet", "existing", "driver")}
+    run, events = run_all(tmp_path, scenarios, "deploy", "fleet", "existing", "driver",
+                          VDF_LANES="3")
+    assert run.returncode == 0, run.stdout + run.stderr
+    # fleet starts beside deploy and pytest; driver waits for pytest; existing follows deploy
+    assert events["molecule fleet converge"]["start"] < events["make pytest"]["end"]
+    assert events["molecule fleet converge"]["start"] < events["molecule deploy verify"]["end"]
+    assert events["molecule driver destroy"]["start"] >= events["make pytest"]["end"]
+    assert events["molecule existing destroy"]["start"] >= events["molecule deploy verify"]["end"]
+    assert "[own] == molecule fleet: passed" in run.stdout
+    assert "[pytest] == molecule driver: passed" in run.stdout
+    assert "[scenarios] == molecule existing: passed" in run.stdout
+
+
 def test_a_scenario_runs_the_phases_its_test_sequence_names(tmp_path):
     without_idempotence = [p for p in SEQUENCE if p != "idempotence"]
     run, events = run_all(tmp_path, {"deploy": without_idempotence}, "deploy")
@@ -217,9 +232,10 @@ def test_a_scenario_without_molecules_idempotence_checks_it_in_its_verify():
 
 def lanes_of_make_test():
     """The scenarios of each lane as `make test` runs them: the Makefile's SCENARIOS, split by
-    test-all.sh's default VDF_AFTER_PYTEST."""
+    test-all.sh's default VDF_AFTER_PYTEST with two lanes."""
     scenarios = re.search(r"^SCENARIOS \?= (.+)$", (ROOT / "Makefile").read_text(), re.M)[1].split()
-    after = re.search(r'VDF_AFTER_PYTEST:-([a-z ]+)\}', (ROOT / "scripts/test-all.sh").read_text())
+    after = re.search(r'after_default="([a-z ]+)" own_default=""',
+                      (ROOT / "scripts/test-all.sh").read_text())
     after = after[1].split()
     return [s for s in scenarios if s not in after], [s for s in scenarios if s in after]
 
@@ -237,9 +253,14 @@ def writable_host_folders(scenario):
 
 
 def test_scenarios_in_different_lanes_share_no_writable_cache():
-    # Two rigs running apt at once over one archive folder fight over its lock.
+    # Two rigs running apt at once over one archive folder fight over its lock; with three lanes
+    # any two scenarios may run at once.
     one, other = lanes_of_make_test()
     assert one and other and "fleet" in other
     shared = {(a, b, folder) for a in one for b in other
+              for folder in writable_host_folders(a) & writable_host_folders(b)}
+    assert not shared
+    every = one + other
+    shared = {(a, b, folder) for a in every for b in every if a < b
               for folder in writable_host_folders(a) & writable_host_folders(b)}
     assert not shared

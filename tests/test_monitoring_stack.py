@@ -418,3 +418,34 @@ def test_a_wrong_variable_fails_at_argument_validation_before_anything_runs(tmp_
     assert "vllm_dual_fast_monitoring_pull_metrics_interval_s" in out, out
     assert "Validating arguments against arg spec 'main'" in out, out
     assert "Refuse alerts that would reach no one" not in out, out
+
+
+def test_e_mail_through_the_owner_s_smtp_server_is_configured_and_its_password_never_shown(
+        tmp_path):
+    etc = tmp_path / "etc"
+    password = "smtp-Secret-0123456789"  # noqa: S105 (test data)
+    overrides = {"_vllm_dual_fast_monitoring_prometheus_dir": str(etc),
+                 "_vllm_dual_fast_monitoring_group": "root",
+                 "vllm_dual_fast_monitoring_email_to": "owner@example.org",
+                 "vllm_dual_fast_monitoring_email_from": "rigs@example.org",
+                 "vllm_dual_fast_monitoring_smtp_smarthost": "mail.example.org:587",
+                 "vllm_dual_fast_monitoring_smtp_username": "rigs",
+                 "vllm_dual_fast_monitoring_smtp_password": password}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"rig3090": {"hosts": {}}}}}))
+    plays = [{"name": "Configure", "hosts": "localhost", "gather_facts": False,
+              "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
+              "tasks": config_tasks()}]
+    result, out = run_playbook(
+        tmp_path, plays, overrides, env={"ANSIBLE_FILTER_PLUGINS": str(ROLE / "filter_plugins")},
+        args=("--diff", "-v"), inventory=("-i", str(inventory), "-i", "localhost,", "-c", "local"))
+    assert result.returncode == 0, out
+    written = etc / "alertmanager.yml"
+    config = yaml.safe_load(written.read_text())
+    [receiver] = config["receivers"]
+    assert receiver["email_configs"] == [{"to": "owner@example.org", "send_resolved": True}]
+    assert "webhook_configs" not in receiver
+    assert config["global"]["smtp_auth_password"] == password
+    assert config["global"]["smtp_require_tls"] is True
+    assert oct(written.stat().st_mode & 0o777) == "0o640"
+    assert password not in out    # amtool checked it (validate), no diff or log showed it

@@ -66,8 +66,8 @@ leftovers() {  # what the tests left where a person's real files go: new reports
 
 # The scenarios of each lane, in the order given. With VDF_LANES=3 a third lane runs the
 # scenarios in VDF_OWN_LANE (default "fleet") from the start, and pytest is followed by
-# VDF_AFTER_PYTEST's (default "driver"): the lanes then take about 2200, 1600 and 2400 s of
-# work each where two lanes took 3200 and 3000 (the CPU was busy 60 % of the time with two).
+# VDF_AFTER_PYTEST's (default "driver"). Measured once (README "Tests"): no faster than two
+# lanes on two cores, since every scenario slowed beside the others.
 if [ "${VDF_LANES:-2}" -ge 3 ]; then
   after_default="driver" own_default="fleet"
 else

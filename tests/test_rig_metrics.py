@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -231,8 +232,19 @@ def test_samples_and_exposition_are_pure_functions_of_their_input():
         in text
 
 
-def test_a_report_time_without_an_offset_is_utc_as_the_reports_write_it():
+def test_a_report_time_without_an_offset_is_utc_as_the_reports_write_it(monkeypatch):
+    """On a rig whose clock is set to another zone too: a naive time read as local time would
+    be off by the zone's offset (9 h here)."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
     report = dict(REPORT, checked_at="2026-12-03T10:00:00")
     [checked] = [v for name, _, v in rig_metrics.report_samples(report)
                  if name == "vdf_report_checked_timestamp_seconds"]
     assert checked == 1796292000
+
+
+@pytest.fixture(autouse=True)
+def _zone_restored():
+    """time.tzset() after a test that changed TZ (monkeypatch restores the variable only)."""
+    yield
+    time.tzset()

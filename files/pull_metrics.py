@@ -57,13 +57,7 @@ def gpu_samples(conditions):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 samples.append((metric, {"gpu": str(index)}, float(value) * factor))
     for index, mask in enumerate((conditions or {}).get("clocks_event_reasons") or []):
-        try:
-            bits = int(str(mask), 16)
-        except ValueError:
-            continue
-        samples += [("vdf_gpu_clocks_event_active", {"gpu": str(index), "reason": reason},
-                     1 if bits & bit else 0)
-                    for reason, bit in rig_metrics.CLOCK_EVENT_REASONS.items()]
+        samples += rig_metrics.clock_event_samples({"gpu": str(index)}, mask)
     return samples
 
 

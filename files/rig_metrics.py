@@ -160,12 +160,17 @@ def gpu_samples(csv_text, query=QUERY):
             value = _number(row.get(field))
             if value is not None:
                 samples.append((metric, labels, value * factor))
-        mask = row.get("clocks_event_reasons.active", "")
-        if re.fullmatch(r"0x[0-9A-Fa-f]+", mask):
-            for reason, bit in CLOCK_EVENT_REASONS.items():
-                samples.append(("vdf_gpu_clocks_event_active", dict(labels, reason=reason),
-                                1 if int(mask, 16) & bit else 0))
+        samples += clock_event_samples(labels, row.get("clocks_event_reasons.active", ""))
     return samples
+
+
+def clock_event_samples(labels, mask):
+    """vdf_gpu_clocks_event_active, one series per NVML reason, from nvidia-smi's bit mask
+    (0x0000000000000004); none when `mask` is not one ([N/A], [Not Supported])."""
+    if not re.fullmatch(r"0x[0-9A-Fa-f]+", str(mask)):
+        return []
+    return [("vdf_gpu_clocks_event_active", dict(labels, reason=reason),
+             1 if int(mask, 16) & bit else 0) for reason, bit in CLOCK_EVENT_REASONS.items()]
 
 
 def xid_counts(lines):

@@ -1056,6 +1056,43 @@ def test_metrics_count_tokens_and_spec_decode_as_vllm(double, tmp_path):
     assert "vllm:generation_tokens_total" in text and "spec_decode" not in text
 
 
+def test_metrics_show_requests_in_flight_kv_cache_use_and_ttft_as_vllm(double, tmp_path):
+    """The gauges and histogram the monitoring rules read (vLLM 0.27's names and buckets):
+    requests running while they are in flight, KV blocks they hold over the knob's capacity,
+    and every finished prefill's TTFT."""
+    env = double_env(tmp_path)
+    write_rig_knobs(env, kv_cache_tokens=1600, ttft_s=0.6, tokens_per_s=20)
+    server = double(["--served-model-name", "qwen"], env=env)
+    labels = 'engine="0",model_name="qwen"'
+    text = get_text(server.base_url + "/metrics")[1]
+    for name, kind in (("vllm:num_requests_running", "gauge"), ("vllm:kv_cache_usage_perc",
+                       "gauge"), ("vllm:time_to_first_token_seconds", "histogram")):
+        assert f"# TYPE {name} {kind}" in text, text
+    idle = metric_samples(text)
+    assert idle[f"vllm:num_requests_running{{{labels}}}"] == 0.0
+    assert idle[f"vllm:kv_cache_usage_perc{{{labels}}}"] == 0.0
+    payload = {"model": "qwen", "max_tokens": 40, "ignore_eos": True,
+               "messages": [{"role": "user", "content": "Say hi."}]}
+    busy = threading.Thread(target=http, args=("POST", server.base_url + "/v1/chat/completions",
+                                               payload))
+    busy.start()
+    time.sleep(1.0)    # past its TTFT (0.6 s), decoding for 2 s more
+    during = metric_samples(get_text(server.base_url + "/metrics")[1])
+    busy.join()
+    after = metric_samples(get_text(server.base_url + "/metrics")[1])
+    assert during[f"vllm:num_requests_running{{{labels}}}"] == 1.0
+    # 6 prompt tokens + 40 answer tokens: 3 blocks of 16 tokens, over 1600 tokens
+    assert during[f"vllm:kv_cache_usage_perc{{{labels}}}"] == pytest.approx(48 / 1600)
+    assert after[f"vllm:num_requests_running{{{labels}}}"] == 0.0
+    assert after[f"vllm:kv_cache_usage_perc{{{labels}}}"] == 0.0
+    ttft = "vllm:time_to_first_token_seconds"
+    assert after[f"{ttft}_count{{{labels}}}"] == 1.0
+    assert after[f"{ttft}_sum{{{labels}}}"] == pytest.approx(0.6, abs=0.001)    # + its prefill
+    assert after[f'{ttft}_bucket{{{labels},le="0.5"}}'] == 0.0
+    assert after[f'{ttft}_bucket{{{labels},le="0.75"}}'] == 1.0
+    assert after[f'{ttft}_bucket{{{labels},le="+Inf"}}'] == 1.0
+
+
 def test_spec_counts_default_acceptance(monkeypatch):
     import_double(monkeypatch)
     from vllm._double.server import spec_counts

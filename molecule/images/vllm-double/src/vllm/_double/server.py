@@ -26,9 +26,15 @@ GET /metrics (Prometheus text 0.0.4, as prometheus_client writes it, no _created
 counters vllm:prompt_tokens_total (prompt tokens of every request whose prefill finished,
 cached ones included) and vllm:generation_tokens_total (tokens generated: a non-streamed answer
 when it is answered, a stream per delta), labels {engine="0",model_name="<first served name>"},
-each with its # HELP and # TYPE lines and vLLM's help text. With speculative decoding on
-(--speculative-config with num_speculative_tokens k >= 1) also vllm:spec_decode_num_drafts_total,
-vllm:spec_decode_num_draft_tokens_total, vllm:spec_decode_num_accepted_tokens_total and
+each with its # HELP and # TYPE lines and vLLM's help text. Gauges vllm:num_requests_running
+(the requests in flight: the double schedules every request at once) and
+vllm:num_requests_waiting (0, for that reason), vllm:kv_cache_usage_perc (the in-flight
+requests' prompt and answer tokens, in 16-token blocks, over the rig knob "kv_cache_tokens",
+default 131072: assumed, not measured on the real cards), and the histogram
+vllm:time_to_first_token_seconds of every finished prefill's TTFT, with vLLM's buckets. With
+speculative decoding on (--speculative-config with num_speculative_tokens k >= 1) also
+vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total,
+vllm:spec_decode_num_accepted_tokens_total and
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="...",position="0".."k-1"},
 from a deterministic expectation over the G generated tokens (floats, not rounded): draft
 position i (1..k) is accepted with probability a**i (a = rig knob "mtp_acceptance", default 0.7),
@@ -427,12 +433,17 @@ def common_words(text: str, seen: str) -> int:
 # one minor release, hidden in the next, removed in the one after), here to a "speculative"
 # prefix the role's reader does not know; or dropped altogether.
 SPEC_METRICS = ("exported", "renamed", "dropped")
+# vLLM's buckets for vllm:time_to_first_token_seconds (vllm/v1/metrics/loggers.py).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+KV_BLOCK_TOKENS = 16    # vLLM's default --block-size
 RENAMED_SPEC_PREFIX = "vllm:speculative_decoding_"
 
 
 def rig_knobs(raw, version=__version__) -> tuple:
     """(knobs, warnings): the serving knobs of a rig's vllm-double.json (dict as loaded), checked.
-    tokens_per_s: number > 0; ttft_s, ttft_jitter_s, rate_jitter_pct, prefill_s_per_ktoken:
+    tokens_per_s, kv_cache_tokens: numbers > 0; ttft_s, ttft_jitter_s, rate_jitter_pct,
+    prefill_s_per_ktoken:
     numbers >= 0; mtp_acceptance: number in [0, 1]; seed: integer; fail_health, garbage: bool;
     spec_decode_metrics: one of SPEC_METRICS; memory: object (memory_knobs). Other keys (the
     download knobs hf_cli reads) are left alone; a bad value is dropped and named. Keys under
@@ -450,7 +461,8 @@ def rig_knobs(raw, version=__version__) -> tuple:
     per_version = by_version.get(version)
     if isinstance(per_version, dict):
         raw = {**raw, **per_version}
-    for key, low, strict in (("tokens_per_s", 0.0, True), ("ttft_s", 0.0, False),
+    for key, low, strict in (("tokens_per_s", 0.0, True), ("kv_cache_tokens", 0.0, True),
+                             ("ttft_s", 0.0, False),
                              ("ttft_jitter_s", 0.0, False), ("rate_jitter_pct", 0.0, False),
                              ("prefill_s_per_ktoken", 0.0, False),
                              ("prefill_step_s", 0.0, False)):
@@ -625,6 +637,11 @@ class Engine:
         self.lock = threading.Lock()
         self.dead = threading.Event()
         self.in_flight = 0
+        self.kv_cache_tokens = knobs.get("kv_cache_tokens", 131072.0)
+        self.kv_tokens_in_use = 0
+        self.ttft_buckets = [0] * len(TTFT_BUCKETS)
+        self.ttft_sum = 0.0
+        self.ttft_count = 0
         self.requests = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -730,6 +747,10 @@ class Engine:
             with self.lock:
                 self.seen.append(plan["text"])
                 self.prompt_tokens_total += plan["prompt_tokens"]
+                self.ttft_sum += plan["ttft"]
+                self.ttft_count += 1
+                for index, bound in enumerate(TTFT_BUCKETS):
+                    self.ttft_buckets[index] += plan["ttft"] <= bound
         return alive
 
     def count_generated(self, tokens: int) -> None:
@@ -758,11 +779,17 @@ class Engine:
             self.requests += 1
             self.in_flight += 1
             ordinal, in_flight = self.requests, self.in_flight
+        kv_tokens = 0
         try:
             if self.crash_armed and in_flight >= self.crash_inflight:
                 self.crash(in_flight)
             plan = self.plan(messages)
             answer = self.answer(body, messages, max_tokens, ordinal, plan["prompt_tokens"])
+            # the request's KV blocks, held until it ends
+            kv_tokens = -(-(plan["prompt_tokens"] + answer["generated"]) // KV_BLOCK_TOKENS) \
+                * KV_BLOCK_TOKENS
+            with self.lock:
+                self.kv_tokens_in_use += kv_tokens
             if not self.prefill(plan):
                 return 500, error_body(ENGINE_DEAD, "InternalServerError", 500)
             decode_s = plan["interval"] * max(answer["generated"] - 1, 0)
@@ -781,6 +808,7 @@ class Engine:
         finally:
             with self.lock:
                 self.in_flight -= 1
+                self.kv_tokens_in_use -= kv_tokens
 
     def message(self, answer: dict, model: str) -> dict:
         """The non-streamed chat.completion body of one answer."""
@@ -922,10 +950,31 @@ class Engine:
                 spec = [(name.replace("vllm:spec_decode_", RENAMED_SPEC_PREFIX), text, samples)
                         for name, text, samples in spec]
             families += spec
+        with self.lock:
+            running, kv_tokens = self.in_flight, self.kv_tokens_in_use
+            buckets, ttft_sum, ttft_count = list(self.ttft_buckets), self.ttft_sum, self.ttft_count
+        gauges = [
+            ("vllm:num_requests_running", "Number of requests in model execution batches.",
+             running),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 0),
+            ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+             min(kv_tokens / self.kv_cache_tokens, 1.0)),
+        ]
         lines = []
+        for name, text, value in gauges:
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge",
+                      f"{name}{{{labels}}} {prom_value(value)}"]
         for name, text, samples in families:
             lines += [f"# HELP {name}_total {text}", f"# TYPE {name}_total counter"]
             lines += [f"{name}_total{{{label}}} {prom_value(value)}" for label, value in samples]
+        ttft = "vllm:time_to_first_token_seconds"
+        lines += [f"# HELP {ttft} Histogram of time to first token in seconds.",
+                  f"# TYPE {ttft} histogram"]
+        lines += [f'{ttft}_bucket{{{labels},le="{bound}"}} {prom_value(float(count))}'
+                  for bound, count in zip(TTFT_BUCKETS, buckets, strict=True)]
+        lines += [f'{ttft}_bucket{{{labels},le="+Inf"}} {prom_value(float(ttft_count))}',
+                  f"{ttft}_count{{{labels}}} {prom_value(float(ttft_count))}",
+                  f"{ttft}_sum{{{labels}}} {prom_value(ttft_sum)}"]
         return "\n".join(lines) + "\n"
 
     def models(self) -> dict:

@@ -3,8 +3,9 @@
 #   nginx: tests/test_nginx_proxy.py runs the role's LAN proxy site in a real nginx.
 #   unattended-upgrades, needrestart: tests/test_upgrade_guard.py runs them on a fake root
 #   against the Ubuntu archive double, with the role's configuration.
-#   prometheus, prometheus-alertmanager: their promtool and amtool check the rig metrics'
-#   format and the monitoring rules and configuration (tests/test_rig_metrics.py).
+#   prometheus, prometheus-alertmanager, prometheus-node-exporter: promtool and amtool check
+#   the rig metrics' format and the monitoring files, and tests/test_monitoring_stack.py runs
+#   all three on loopback (tests/test_rig_metrics.py, test_monitoring_rules.py).
 # Installed from the machine's own sources, without starting any service (no init system here;
 # the tests start their own nginx on loopback with a temporary prefix).
 set -euo pipefail
@@ -20,9 +21,11 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 [ -x /usr/sbin/needrestart ] || missing+=(needrestart)
 [ -x /usr/bin/promtool ] || missing+=(prometheus)
 [ -x /usr/bin/amtool ] || missing+=(prometheus-alertmanager)
+[ -x /usr/bin/prometheus-node-exporter ] || missing+=(prometheus-node-exporter)
 installed() {
   say "nginx $(/usr/sbin/nginx -v 2>&1 | sed 's#.*/##'), $(dpkg-query -W -f='${Package} ${Version}, ' \
-    unattended-upgrades needrestart prometheus prometheus-alertmanager | sed 's/, $//') are installed"
+    unattended-upgrades needrestart prometheus prometheus-alertmanager prometheus-node-exporter \
+    | sed 's/, $//') are installed"
 }
 if [ "${#missing[@]}" -eq 0 ]; then
   installed

@@ -1,22 +1,24 @@
 """The monitoring host end to end, on loopback: the monitoring role's configuration tasks write
 Prometheus' and Alertmanager's files from an inventory (each checked by the real promtool and
 amtool as the role checks it), then the distribution's real Prometheus and Alertmanager run them
-against stand-ins for a rig's nginx (bearer token checked, its /node-metrics written by
-rig_metrics.py's own functions, vLLM's /metrics) and for the monitoring host's node_exporter
-(pull_metrics.py's file of a pull rig's signed upload). Faults on the stand-ins must reach a
-webhook receiver on loopback as the alerts the rules name, and resolve. Intervals and holds are
-shortened here only (role variables)."""
+against a rig made of what exists here: the role's nginx site in a real nginx, in front of a real
+node_exporter whose textfile folder files/rig_metrics.py writes (against the nvidia-smi and
+kernel-log doubles) and of the vLLM double (vLLM itself cannot run here); and the monitoring
+host's own node_exporter serving pull_metrics.py's file of a pull rig's signed upload. Faults on
+the rig (an Xid line in the kernel log, the engine stopped) must reach a webhook receiver on
+loopback as the alerts the rules name, and resolve. Intervals and holds are shortened here only
+(role variables)."""
 
 import contextlib
 import copy
 import importlib.util
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,31 +27,29 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_runner import run_playbook
+from rig_metrics_stand_ins import XID_31, CollectorRig
 from test_fleet_report import RigKeys, pulled_report
+from test_nginx_proxy import LAN, METRICS_TOKEN, running_proxy
+from vllm_double_fixtures import MTP, DoubleServer, double_env, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = ROOT / "roles/vllm_dual_fast_monitoring"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
-TOKEN = "scrape-Token-0123456789"  # noqa: S105 (test data)
+NODE_EXPORTER = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter"
+TOKEN = METRICS_TOKEN
 ANY = "0.0.0.0"  # noqa: S104 (a rig's bind address in an inventory: data, nothing binds it)
-_spec = importlib.util.spec_from_file_location("vdf_rig_metrics_m", ROOT / "files/rig_metrics.py")
-rig_metrics = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rig_metrics)
+ENGINE_ARGS = ["--served-model-name", "qwen3.8-27b", "--speculative-config", MTP]
 _spec = importlib.util.spec_from_file_location(
     "vdf_monitoring_filters", ROLE / "filter_plugins/vllm_dual_fast_monitoring.py")
 filters = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(filters)
 
 pytestmark = pytest.mark.skipif(
-    not all(Path(p).exists() for p in (PROMETHEUS, ALERTMANAGER)) or not shutil.which("promtool"),
-    reason="needs the distribution's prometheus and prometheus-alertmanager (make host-packages)")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    not all(Path(p).exists() for p in (PROMETHEUS, ALERTMANAGER, NODE_EXPORTER))
+    or not shutil.which("promtool"),
+    reason="needs the distribution's prometheus, prometheus-alertmanager and "
+           "prometheus-node-exporter (make host-packages)")
 
 
 @contextlib.contextmanager
@@ -64,73 +64,23 @@ def serving(handler):
         server.server_close()
 
 
-REPORT = {"release": "0123456789abcdef", "healthy": True, "checked_at": "2026-12-03T10:00:00Z",
-          "smoke": {"speed": {"c1": {"tokens_per_s": 50.0}, "cN": {"tokens_per_s": 40.0},
-                              "concurrency": 4}},
-          "mtp": {"mean_acceptance_length": 2.8}, "downtime_s": 30.0}
-# vLLM 0.27's own series the rules and the dashboard read, as an idle engine exports them.
-ENGINE = 'model_name="qwen3.8-27b",engine="0"'
-VLLM_METRICS = "".join(
-    f"{name}{{{ENGINE}}} {value}\n" for name, value in (
-        ("vllm:num_requests_running", 0), ("vllm:num_requests_waiting", 0),
-        ("vllm:generation_tokens_total", 100), ("vllm:kv_cache_usage_perc", 0.01),
-        ("vllm:spec_decode_num_drafts_total", 40),
-        ("vllm:spec_decode_num_draft_tokens_total", 160),
-        ("vllm:spec_decode_num_accepted_tokens_total", 72),
-        ("vllm:time_to_first_token_seconds_count", 10),
-        ("vllm:time_to_first_token_seconds_sum", 2.5),
-    )) + "".join(
-    f'vllm:time_to_first_token_seconds_bucket{{{ENGINE},le="{le}"}} {n}\n'
-    for le, n in (("0.1", 2), ("0.5", 9), ("1.0", 10), ("+Inf", 10)))
+def started(stack_, argv, log):
+    """argv in the background until the stack closes, its output in `log`."""
+    out = stack_.enter_context(open(log, "w"))  # noqa: SIM115 (the stack closes it)
+    process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    stack_.callback(process.wait, 10)
+    stack_.callback(process.terminate)
+    return process
 
 
-class RigNginx(BaseHTTPRequestHandler):
-    """The rig's nginx as the monitoring host meets it: /node-metrics and /metrics with the
-    scrape token, else 404; `engine_up` False answers /metrics 502 (the engine stopped)."""
-
-    xid31 = 0
-    engine_up = True
-    authorizations: list = []
-
-    def log_message(self, format, *args):  # noqa: A002
-        pass
-
-    def do_GET(self):  # noqa: N802
-        self.authorizations.append(self.headers.get("Authorization"))
-        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return self.answer(404, "")
-        if self.path == "/node-metrics":
-            gpus = rig_metrics.gpu_samples(
-                "0, 00000000:01:00.0, 40, 120, 300, 1700, 4, 4, 16, 16, 1000, 30, 0x0\n"
-                "1, 00000000:02:00.0, 41, 118, 300, 1700, 4, 4, 16, 16, 1000, 30, 0x0\n")
-            counts = {("0000:01:00", 31): self.xid31} if self.xid31 else {}
-            samples = (gpus + rig_metrics.xid_samples(counts, ["0000:01:00", "0000:02:00"])
-                       + rig_metrics.report_samples(REPORT) + rig_metrics.last_good_samples(
-                           {"report": REPORT}) + rig_metrics.cache_samples("/")
-                       + [("vdf_rig_metrics_last_run_timestamp_seconds", {},
-                           float(int(time.time())))])
-            return self.answer(200, rig_metrics.exposition(samples))
-        if self.path == "/metrics":
-            if not self.engine_up:
-                return self.answer(502, "bad gateway")
-            return self.answer(200, VLLM_METRICS)
-        return self.answer(404, "")
-
-    def answer(self, status, text):
-        body = text.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-def textfile_server(path):
-    """The monitoring host's node_exporter, serving only the pull metrics file."""
-    class NodeExporter(RigNginx):
-        def do_GET(self):  # noqa: N802
-            return self.answer(200, Path(path).read_text())
-    return NodeExporter
+def node_exporter(stack_, folder, log):
+    """The distribution's node_exporter on a loopback port, its textfile collector on `folder`
+    (the others off: this machine's own node metrics say nothing here); returns the port."""
+    port = free_port()
+    started(stack_, [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}",
+                     "--collector.disable-defaults", "--collector.textfile",
+                     f"--collector.textfile.directory={folder}"], log)
+    return port
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -207,27 +157,39 @@ def stack(tmp_path_factory):
     the tests below, each watching its own alert from its own fault on."""
     tmp_path = tmp_path_factory.mktemp("monitoring")
     Receiver.received.clear()
-    RigNginx.xid31, RigNginx.engine_up = 0, True
-    RigNginx.authorizations.clear()
     keys = RigKeys(tmp_path / "keys", enrolled=("rig-c",), others=())
     pulled = tmp_path / "pulled"
     pulled.mkdir()
     (pulled / "rig-c.json").write_text(keys.upload("rig-c", pulled_report(
         "rig-c", {"state": "refused", "rc": 1, "at": "2026-01-01T00:00:00Z"},
         checked_at="2026-01-01T00:00:00Z")))
-    textfile = tmp_path / "vllm-dual-fast-pull.prom"
+    pull_textfiles = tmp_path / "monitoring-host-textfiles"
+    pull_textfiles.mkdir()
     done = subprocess.run([sys.executable, str(ROOT / "files/pull_metrics.py"), "--pulled",
-                           str(pulled), "--rig-keys", str(keys.path), "--out", str(textfile)],
+                           str(pulled), "--rig-keys", str(keys.path), "--out",
+                           str(pull_textfiles / "vllm-dual-fast-pull.prom")],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (tmp_path / "rig").mkdir()
+    collector = CollectorRig(tmp_path / "rig")
+    collector.run()
+    engine_env = double_env(tmp_path)
     with contextlib.ExitStack() as stack_:
-        rig_port = stack_.enter_context(serving(RigNginx))
+        # the engine of the moment: a test stops it and starts another on its port
+        stack_state = {"engine": DoubleServer(tmp_path, ENGINE_ARGS, env=engine_env).start()}
+        stack_.callback(lambda: stack_state["engine"].stop())
+        engine = stack_state["engine"]
+        rig_node_port = node_exporter(stack_, collector.folder, logs / "rig-node-exporter.log")
+        proxy = stack_.enter_context(running_proxy(
+            tmp_path / "nginx", engine.port, vllm_dual_fast_node_exporter_port=rig_node_port))
         receiver_port = stack_.enter_context(serving(Receiver))
-        exporter_port = stack_.enter_context(serving(textfile_server(textfile)))
+        exporter_port = node_exporter(stack_, pull_textfiles, logs / "host-node-exporter.log")
         prometheus_port, alertmanager_port = free_port(), free_port()
         etc = tmp_path / "etc-prometheus"
         rigs = {
-            "rig-a": {"ansible_host": "127.0.0.1", "vllm_dual_fast_port": rig_port,
+            "rig-a": {"ansible_host": LAN, "vllm_dual_fast_port": proxy["port"],
                       "vllm_dual_fast_bind_address": ANY, "vllm_dual_fast_metrics_token": TOKEN},
             "rig-b": {"vllm_dual_fast_metrics_token": TOKEN},    # loopback only: not scraped
             "rig-c": {"vllm_dual_fast_pull_repo_url": "https://git.invalid/fleet.git"},
@@ -249,23 +211,28 @@ def stack(tmp_path_factory):
         }
         result, out = render(tmp_path, rigs, overrides)
         assert result.returncode == 0, out
-        logs = tmp_path / "logs"
-        logs.mkdir()
-        for argv, name in (
-                ([ALERTMANAGER, f"--config.file={etc / 'alertmanager.yml'}",
-                  f"--storage.path={tmp_path / 'am'}",
-                  f"--web.listen-address=127.0.0.1:{alertmanager_port}",
-                  "--cluster.listen-address="], "alertmanager"),
-                ([PROMETHEUS, f"--config.file={etc / 'prometheus.yml'}",
-                  f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                  f"--web.listen-address=127.0.0.1:{prometheus_port}"], "prometheus")):
-            log = stack_.enter_context(open(logs / f"{name}.log", "w"))
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-            stack_.callback(process.wait, 10)
-            stack_.callback(process.terminate)
+        started(stack_, [ALERTMANAGER, f"--config.file={etc / 'alertmanager.yml'}",
+                         f"--storage.path={tmp_path / 'am'}",
+                         f"--web.listen-address=127.0.0.1:{alertmanager_port}",
+                         "--cluster.listen-address="], logs / "alertmanager.log")
+        started(stack_, [PROMETHEUS, f"--config.file={etc / 'prometheus.yml'}",
+                         f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                         f"--web.listen-address=127.0.0.1:{prometheus_port}"],
+                logs / "prometheus.log")
         api = f"http://127.0.0.1:{prometheus_port}/api/v1"
         wait_until("Prometheus answers", lambda: _ready(f"{api}/status/buildinfo"), 60)
-        yield {"api": api, "etc": etc, "logs": logs, "out": out}
+        yield {"api": api, "etc": etc, "logs": logs, "out": out, "collector": collector,
+               "engine": stack_state, "engine_env": engine_env, "tmp": tmp_path,
+               "rig_url": f"http://{LAN}:{proxy['port']}"}
+
+
+def _status(url, headers=None):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),  # noqa: S310
+                                    timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
 
 
 def _ready(url):
@@ -288,7 +255,10 @@ def test_the_rigs_are_scraped_as_the_rules_name_them_with_their_token(stack):
                           ("vdf_pull_reports", "")}
     assert "Not scraped: rig-b: serves on loopback only" in stack["out"]
     assert "Not scraped: rig-c: a pull rig" in stack["out"]
-    assert set(RigNginx.authorizations) == {f"Bearer {TOKEN}"}
+    # every scrape of the rig carried its token: nginx answers its metrics to nothing else
+    for path in ("/node-metrics", "/metrics"):
+        assert _status(stack["rig_url"] + path) == 404
+        assert _status(stack["rig_url"] + path, {"Authorization": f"Bearer {TOKEN}"}) == 200
     token_file = stack["etc"] / "vllm-dual-fast-tokens/rig-a"
     assert token_file.read_text() == TOKEN and oct(token_file.stat().st_mode & 0o777) == "0o640"
     assert TOKEN not in (stack["etc"] / "prometheus.yml").read_text()
@@ -303,7 +273,8 @@ def test_an_xid_31_reaches_the_owner_as_critical_and_resolves(stack):
                == "up", 30)
     time.sleep(3)    # a few scrapes at 0 first, as on a rig that ran clean
     fault = time.monotonic()
-    RigNginx.xid31 = 1
+    stack["collector"].write_kernel_line(XID_31, at=time.time())    # the driver logs it
+    stack["collector"].run()                                       # the timer's next run
     at, alert = wait_until("the Xid 31 alert, firing", lambda: notified(
         "VllmDualFastGpuXidCritical", "firing", fault, rig="rig-a", code="31"), 60)
     assert alert["labels"]["severity"] == "critical"
@@ -318,12 +289,14 @@ def test_a_stopped_engine_fires_down_then_resolves_when_it_serves_again(stack):
     wait_until("rig-a's vLLM scraped", lambda: targets(stack["api"]).get(
         ("vdf_rig_vllm", "rig-a")) == "up", 30)
     fault = time.monotonic()
-    RigNginx.engine_up = False
+    engine = stack["engine"]["engine"]
+    engine.stop()    # nginx answers 502 for it from now on
     at, alert = wait_until("the down alert", lambda: notified(
         "VllmDualFastRigDown", "firing", fault, rig="rig-a", job="vdf_rig_vllm"), 60)
     assert alert["labels"]["severity"] == "critical"
     print(f"engine stopped to webhook: {at - fault:.1f} s")
-    RigNginx.engine_up = True
+    stack["engine"]["engine"] = DoubleServer(stack["tmp"], ENGINE_ARGS, env=stack["engine_env"],
+                                             port=engine.port).start()
     wait_until("the down alert, resolved", lambda: notified(
         "VllmDualFastRigDown", "resolved", at, rig="rig-a"), 60)
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from rig_metrics_stand_ins import PROMTOOL, parse, value
 from test_fleet_report import RigKeys, pulled_report
-from test_rig_metrics import PROMTOOL, parse, value
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "files/pull_metrics.py"

@@ -4,108 +4,40 @@ the kernel-log double as journalctl and as dmesg (Xid lines written "into the ke
 health report of the schema's shape. The file it writes is checked by the real promtool (the
 format node_exporter's textfile collector reads) and read back sample by sample."""
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from kernel_log_stand_ins import install_kernel_log_tools
-
-ROOT = Path(__file__).resolve().parents[1]
-COLLECTOR = ROOT / "roles/vllm_dual_fast/files/rig_metrics.py"
-SMI_DOUBLE = ROOT / "molecule/doubles/nvidia-smi-double"
-_spec = importlib.util.spec_from_file_location("vdf_rig_metrics", COLLECTOR)
-rig_metrics = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rig_metrics)
-
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-XID_31 = "NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=python3, Ch 00000008"
-XID_79 = ("NVRM: Xid (PCI:0000:02:00): 79, pid='<unknown>', name=<unknown>, "
-          "GPU has fallen off the bus.")
-REPORT = {
-    "schema_version": 2, "host": "rig-a", "release": "0123456789abcdef", "image": "vllm:0.27.1",
-    "vllm_version": "0.27.1", "checked_at": "2026-12-03T10:00:00+00:00", "healthy": True,
-    "failures": [], "downtime_s": 41.5,
-    "smoke": {"ok": 4, "speed": {"c1": {"tokens_per_s": 52.25}, "cN": {"tokens_per_s": 38.5},
-                                 "concurrency": 4}},
-    "mtp": {"mean_acceptance_length": 2.75, "acceptance_rate": 0.44},
-}
+from rig_metrics_stand_ins import (
+    PROMTOOL,
+    REPORT,
+    XID_31,
+    XID_79,
+    CollectorRig,
+    parse,
+    rig_metrics,
+    value,
+)
 
 
 @pytest.fixture
 def rig(tmp_path):
     """run(**knobs) runs the collector as the rig's timer does and returns {(metric, labels):
     value} of the file it wrote; knobs go to the nvidia-smi double's config file."""
-    double_bin, real_bin = install_kernel_log_tools(tmp_path)
-    os.symlink(os.path.realpath(sys.executable), real_bin / "python3")
-    (double_bin / "nvidia-smi").symlink_to(SMI_DOUBLE)
-    textfiles = tmp_path / "node-exporter"
-    textfiles.mkdir()
-    report = tmp_path / "report.json"
-    report.write_text(json.dumps(REPORT))
-    last_good = tmp_path / "releases" / "0123456789abcdef"
-    last_good.mkdir(parents=True)
-    (last_good / "verdict.json").write_text(json.dumps(
-        {"release": "0123456789abcdef", "healthy_at": "2026-12-02T09:00:00+00:00",
-         "report": dict(REPORT, mtp={"mean_acceptance_length": 3.25})}))
-    (tmp_path / "last-good").symlink_to(last_good)
-    (tmp_path / "hf-cache").mkdir()
+    collector = CollectorRig(tmp_path)
 
     def run(env=None, args=(), **knobs):
-        (tmp_path / "smi.json").write_text(json.dumps(knobs))
-        full_env = {"PATH": f"{double_bin}:{real_bin}",
-                    "DMESG_DOUBLE_LINES": str(tmp_path / "lines"),
-                    "DMESG_DOUBLE_CONFIG": str(tmp_path / "dmesg.json"),
-                    "NVIDIA_SMI_DOUBLE_CONFIG": str(tmp_path / "smi.json"),
-                    "NVIDIA_SMI_DOUBLE_STATE_DIR": str(tmp_path / "smi-state"),
-                    "NVIDIA_SMI_DOUBLE_KERNEL_DIR": str(tmp_path / "no-kernel-double"),
-                    **(env or {})}
-        done = subprocess.run(
-            [sys.executable, str(COLLECTOR), "--out", str(textfiles / "vllm-dual-fast.prom"),
-             "--report", str(report), "--power-limit-target-w", "300",
-             "--last-good", str(tmp_path / "last-good"),
-             "--model-cache", str(tmp_path / "hf-cache"), *args],
-            env=full_env, capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, done.stderr
-        run.text = (textfiles / "vllm-dual-fast.prom").read_text()
+        run.text = collector.run(env, args, **knobs)
         return parse(run.text)
 
-    run.lines = tmp_path / "lines"
-    run.report = report
-    run.last_good = last_good
-    run.folder = textfiles
+    run.lines = collector.lines
+    run.report = collector.report
+    run.last_good = collector.last_good
+    run.folder = collector.folder
+    run.write_kernel_line = collector.write_kernel_line
     return run
-
-
-def parse(text):
-    """{(metric, frozenset of label pairs): value} of a text-format file (no escapes used here)."""
-    samples = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        series, value = line.rsplit(" ", 1)
-        name, _, inner = series.partition("{")
-        labels = frozenset(tuple(pair.split("=", 1)) for pair in inner.rstrip("}").split(",")
-                           if pair) if inner else frozenset()
-        samples[(name, frozenset((k, v.strip('"')) for k, v in labels))] = float(value)
-    return samples
-
-
-def value(samples, metric, **labels):
-    matches = [v for (name, got), v in samples.items()
-               if name == metric and set(labels.items()) <= set(got)]
-    assert len(matches) == 1, (metric, labels, sorted(k for k in samples if k[0] == metric))
-    return matches[0]
-
-
-def write_kernel_line(rig, text, at=1796131722.0):
-    with open(rig.lines, "a") as f:
-        f.write(f"{at:.6f} {text}\n")
 
 
 def test_each_card_s_telemetry_comes_from_nvidia_smi(rig):
@@ -142,9 +74,9 @@ def test_clock_event_reasons_are_one_series_per_nvml_reason(rig):
 
 @pytest.mark.parametrize("journal", ["1", "0"], ids=["journald", "dmesg"])
 def test_xid_lines_are_counted_by_bus_and_code_from_the_log_the_health_check_reads(rig, journal):
-    write_kernel_line(rig, XID_31)
-    write_kernel_line(rig, XID_31, at=1796131723.0)
-    write_kernel_line(rig, XID_79)
+    rig.write_kernel_line(XID_31)
+    rig.write_kernel_line(XID_31, at=1796131723.0)
+    rig.write_kernel_line(XID_79)
     samples = rig(env={"JOURNAL_KEEPS_KERNEL": journal})
     assert value(samples, "vdf_gpu_xid_total", pci="0000:01:00", code="31") == 2
     assert value(samples, "vdf_gpu_xid_total", pci="0000:02:00", code="79") == 1
@@ -175,7 +107,7 @@ def test_the_last_verdict_s_figures_come_from_the_health_report(rig):
 
 
 def test_a_source_that_cannot_be_read_is_a_metric_and_the_others_are_still_written(rig):
-    write_kernel_line(rig, XID_79)
+    rig.write_kernel_line(XID_79)
     rig.report.write_text("{not json")
     samples = rig(fault="no-driver")
     assert value(samples, "vdf_rig_metrics_source_up", source="nvidia") == 0
@@ -199,7 +131,7 @@ def test_the_model_cache_s_file_system_is_measured_where_the_cache_is(rig, tmp_p
 
 
 def test_the_file_is_valid_text_format_and_declares_only_known_metrics(rig):
-    write_kernel_line(rig, XID_31)
+    rig.write_kernel_line(XID_31)
     samples = rig(utilization_pct=50)
     assert {name for name, _ in samples} <= set(rig_metrics.METRICS)
     checked = subprocess.run([PROMTOOL, "check", "metrics"], input=rig.text, capture_output=True,

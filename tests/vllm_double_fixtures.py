@@ -188,9 +188,9 @@ def http(method, url, payload=None, key=None, timeout=10):
 class DoubleServer:
     """One `vllm serve` of the double as a subprocess on a free loopback port."""
 
-    def __init__(self, tmp_path: Path, args=(), model="m", env=None):
+    def __init__(self, tmp_path: Path, args=(), model="m", env=None, port=None):
         self.tmp_path = tmp_path
-        self.port = free_port()
+        self.port = port or free_port()    # a port: the same engine started again there
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.model = model
         self.args = ["serve", model, "--host", "127.0.0.1", "--port", str(self.port), *args]

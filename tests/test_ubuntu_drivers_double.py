@@ -24,8 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOUBLE = ROOT / "molecule/doubles/ubuntu-drivers-double/ubuntu-drivers"
 SERVER = f"{BRANCH}-server"
 SUITES = ["noble", "noble-updates"]
-# An RTX 3090 (10de:2204), the device the double assumes, as nvidia-driver-<N>-server lists it.
-MODALIASES = "nvidia(pci:v000010DEd00002204sv*sd*bc03sc*i*)"
 _ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 
 
@@ -35,48 +33,11 @@ def apt_cache(apt, *args):
     return proc.stdout
 
 
-def publish_driver_metas(apt, where):
-    """The two packages ubuntu-drivers reasons from that the archive double does not publish:
-    nvidia-driver-<N>-server (the one carrying the GPUs' Modaliases) and nvidia-dkms-<N>-server
-    (its fallback), at the archive's driver version, with the Depends of Canonical's
-    nvidia-graphics-drivers debian/control (branch 580-server-noble) less what the archive double
-    lacks (GL and X libraries, dkms). An unsigned flat repository beside the archive."""
-    headless = f"nvidia-headless-no-dkms-{SERVER}"
-    version = drv.apt_policy_candidate(apt_cache(apt, "policy", headless))
-    upstream = drv.upstream_version(version)
-
-    def within(name):
-        return f"{name} (<= {upstream}-1), {name} (>= {upstream})"
-
-    stanzas = {
-        f"nvidia-driver-{SERVER}": [
-            within(f"nvidia-dkms-{SERVER}"), within(f"nvidia-kernel-common-{SERVER}"),
-            *(f"{name}-{SERVER} (= {version})" for name in (
-                "nvidia-kernel-source", "libnvidia-compute", "nvidia-compute-utils",
-                "nvidia-utils", "libnvidia-cfg1")),
-        ],
-        f"nvidia-dkms-{SERVER}": [
-            within(f"nvidia-kernel-source-{SERVER}"), within(f"nvidia-kernel-common-{SERVER}"),
-            f"nvidia-firmware-{SERVER}-{upstream}",
-        ],
-    }
-    where.mkdir(parents=True, exist_ok=True)
-    (where / "Packages").write_text("".join(
-        f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nDepends: {', '.join(deps)}\n"
-        + (f"Modaliases: {MODALIASES}\n" if name.startswith("nvidia-driver-") else "")
-        + f"Filename: ./{name}.deb\nSize: 1\n\n"
-        for name, deps in stanzas.items()))
-    source = apt.root / "etc/apt/sources.list.d/beside.list"
-    source.write_text(f"deb [trusted=yes] file:{where} ./\n")
-    apt.apt("update")
-
-
 def rig(tmp_path, archive, snapshot, kernel_meta="linux-generic"):
     """A freshly installed noble rig: its kernel meta package, no driver yet."""
     apt = AptRoot(tmp_path / "root", archive, SUITES, snapshot=snapshot)
     if drv.apt_policy_candidate(apt_cache(apt, "policy", kernel_meta)) == "":
         pytest.skip(f"the Ubuntu archive double publishes no {kernel_meta}")
-    publish_driver_metas(apt, tmp_path / "beside")
     apt.run("install", kernel_meta)
     return apt
 

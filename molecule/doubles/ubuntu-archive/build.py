@@ -77,6 +77,7 @@ def _pkg(
     arch=ARCH,
     source=None,
     section="misc",
+    modaliases="",
 ):
     return {
         "name": name,
@@ -90,7 +91,12 @@ def _pkg(
         "postrm": postrm,
         "source": source or name,
         "section": section,
+        "modaliases": modaliases,
     }
+
+
+# The RTX 3090 (10de:2204) as nvidia-driver-<N>-server's Modaliases field lists its GPUs.
+RTX_3090_MODALIASES = "nvidia(pci:v000010DEd00002204sv*sd*bc03sc*i*)"
 
 
 def driver_version(upstream, release):
@@ -161,6 +167,37 @@ def driver_packages(upstream, release, branch=BRANCH):
                 f"nvidia-compute-utils-{b} (= {v})",
                 f"libnvidia-cfg1-{b} (= {v})",
             ],
+        ),
+        # What ubuntu-drivers reasons from (molecule/doubles/ubuntu-drivers-double): the driver
+        # meta carrying the GPUs' Modaliases, and its DKMS fallback. Depends as Canonical's
+        # debian/control (580-server-noble) less what this archive lacks (GL, X, dkms itself);
+        # the role installs neither.
+        _pkg(
+            f"nvidia-dkms-{b}",
+            v,
+            source=src,
+            depends=[
+                f"nvidia-kernel-source-{b} (<= {upstream}-1)",
+                f"nvidia-kernel-source-{b} (>= {upstream})",
+                f"nvidia-kernel-common-{b} (<= {upstream}-1)",
+                f"nvidia-kernel-common-{b} (>= {upstream})",
+                f"nvidia-firmware-{b}-{upstream}",
+            ],
+        ),
+        _pkg(
+            f"nvidia-driver-{b}",
+            v,
+            source=src,
+            depends=[
+                f"nvidia-dkms-{b} (<= {upstream}-1)",
+                f"nvidia-dkms-{b} (>= {upstream})",
+                f"nvidia-kernel-common-{b} (<= {upstream}-1)",
+                f"nvidia-kernel-common-{b} (>= {upstream})",
+                *(f"{name}-{b} (= {v})" for name in (
+                    "nvidia-kernel-source", "libnvidia-compute", "nvidia-compute-utils",
+                    "nvidia-utils", "libnvidia-cfg1")),
+            ],
+            modaliases=RTX_3090_MODALIASES,
         ),
     ]
 
@@ -358,6 +395,7 @@ def _control(pkg):
         ("Provides", ", ".join(pkg["provides"])),
         ("Conflicts", ", ".join(pkg["conflicts"])),
         ("Section", pkg["section"]),
+        ("Modaliases", pkg.get("modaliases", "")),
         ("Priority", "optional"),
         ("Description", f"TEST DOUBLE of Ubuntu's {pkg['name']}\n drives no hardware"),
     ]

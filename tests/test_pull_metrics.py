@@ -124,3 +124,38 @@ def test_the_gpu_telemetry_a_report_carries_becomes_the_rig_s_gpu_series(fleet):
                  reason="sw_thermal_slowdown") == 1
     assert value(samples, "vdf_gpu_clocks_event_active", rig="rig-a", gpu="0",
                  reason="sw_thermal_slowdown") == 0
+
+
+def test_without_ssh_keygen_it_says_so_and_keeps_the_last_file(fleet, tmp_path):
+    """A monitoring host without openssh-client cannot check a signature: said as that, exit 2,
+    the series written before left as they were (not every upload called forged)."""
+    report = pulled_report("rig-a", {"state": "applied", "rc": 0, "at": "2026-12-03T10:01:00Z"},
+                           checked_at="2026-12-03T10:00:00Z")
+    fleet({"rig-a.json": fleet.keys.upload("rig-a", report)})
+    out = tmp_path / "textfile" / "pull.prom"
+    before = out.read_text()
+    bare = tmp_path / "bin"    # python alone on PATH, no ssh-keygen
+    bare.mkdir()
+    (bare / "python3").symlink_to(sys.executable)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--pulled", str(tmp_path / "pulled"),
+                           "--rig-keys", str(fleet.keys.path), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={"PATH": str(bare)})
+    assert done.returncode == 2, done.stderr
+    assert "ssh-keygen" in done.stderr and "openssh-client" in done.stderr, done.stderr
+    assert "does not verify" not in done.stderr
+    assert out.read_text() == before
+
+
+@pytest.mark.parametrize("unit", [
+    "roles/vllm_dual_fast_monitoring/templates/etc/systemd/system/vllm-dual-fast-pull-metrics.service.j2",
+    "roles/vllm_dual_fast/templates/etc/systemd/system/vllm-dual-fast-metrics.service.j2",
+])
+def test_the_units_leave_their_script_a_temporary_folder_to_write(unit):
+    """Under ProtectSystem=strict only ReadWritePaths are writable, /tmp included: pull_metrics.py
+    verifies each upload's signature through a temporary file (fleet_report.py), so without a
+    private /tmp every run failed ("No usable temporary directory", the fleet scenario's
+    monitoring host) and no pull rig ever became a series."""
+    lines = (ROOT / unit).read_text().splitlines()
+    assert "ProtectSystem=strict" in lines
+    assert "PrivateTmp=yes" in lines

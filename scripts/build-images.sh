@@ -3,7 +3,8 @@
 # image starts from a Debian base made with debootstrap and imported into the engine.
 #   vdf-base:debian13 (VDF_SUITES="bookworm trixie" adds debian12)   minbase root file systems
 #   vdf-target:debian13   the systemd host Molecule and the demo use as a rig
-#   vdf-target:ubuntu2404   a TEST DOUBLE of an Ubuntu 24.04 rig on top of it, with a kernel double
+#   vdf-target:debian13-kernel   a TEST DOUBLE of a rig that boots: it, with a kernel double
+#   vdf-target:ubuntu2404   a TEST DOUBLE of an Ubuntu 24.04 rig on top of that
 #   vdf-vllm-double:latest   the vLLM image double (when molecule/images/vllm-double exists)
 # An image whose inputs did not change since it was built is kept (label vdf.inputs = hash).
 set -euo pipefail
@@ -76,7 +77,8 @@ for suite in ${VDF_SUITES:-trixie bookworm}; do  # Debian 13 rigs everywhere; De
   build_image "vdf-target:debian${n}" molecule/images/target "vdf-base:debian${n}" \
     "SUITE=${suite}" "MIRROR=$(mirror_uri)" "SECURITY_MIRROR=$(security_mirror_uri)"
 done
-build_image vdf-target:ubuntu2404 molecule/images/ubuntu-target vdf-target:debian13
+build_image vdf-target:debian13-kernel molecule/images/kernel-target vdf-target:debian13
+build_image vdf-target:ubuntu2404 molecule/images/ubuntu-target vdf-target:debian13-kernel
 if [ -d "${ROOT}/molecule/images/vllm-double" ]; then
   build_image vdf-vllm-double:latest molecule/images/vllm-double vdf-base:debian13
   build_image vdf-vllm-double:0.33.0 molecule/images/vllm-double-0.33 vdf-vllm-double:latest

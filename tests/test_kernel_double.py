@@ -1,7 +1,8 @@
-"""The kernel double of the Ubuntu-shaped rig (molecule/images/ubuntu-target/vdf-kernel-double):
+"""The kernel double of the rigs that boot (molecule/images/kernel-target/vdf-kernel-double):
 GRUB's choice of kernel at each boot, grub-reboot's one-time entry, update-grub's menu, and the
 module a boot loads. Run as a program with its folders redirected into tmp_path."""
 
+import lzma
 import os
 import re
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-DOUBLE = Path(__file__).resolve().parents[1] / "molecule/images/ubuntu-target/vdf-kernel-double"
+DOUBLE = Path(__file__).resolve().parents[1] / "molecule/images/kernel-target/vdf-kernel-double"
 UUID = "0b5e6c1a-3090-4e2d-9d11-000000000001"
 
 
@@ -20,6 +21,8 @@ def machine(tmp_path):
     for name in ("boot", "run", "modules", "log"):
         (tmp_path / name).mkdir()
         env[f"VDF_KERNEL_DOUBLE_{name.upper()}"] = str(tmp_path / name)
+    (tmp_path / "os-release").write_text('NAME="Ubuntu"\nVERSION_ID="24.04"\n')
+    env["VDF_KERNEL_DOUBLE_OS_RELEASE"] = str(tmp_path / "os-release")
     return tmp_path, env
 
 
@@ -98,13 +101,52 @@ def test_update_grub_writes_ubuntu_s_menu_ids(machine):
                    f"gnulinux-6.8.0-51-generic-recovery-{UUID}"]
 
 
+def install_dkms_module(root, kernel, name, version):
+    """What Debian's DKMS installs (nvidia-kernel-dkms' dkms.conf: DEST_MODULE_NAME nvidia-current
+    in /updates/dkms), compressed with xz as Debian's kernel asks: an ELF object whose .modinfo
+    section holds NUL-separated key=value strings."""
+    ko = root / "modules" / kernel / "updates/dkms" / f"{name}.ko.xz"
+    ko.parent.mkdir(parents=True, exist_ok=True)
+    modinfo = f"license=NVIDIA\0srcversion=0123ABCD\0version={version}\0".encode()
+    ko.write_bytes(lzma.compress(b"\x7fELF\x02\x01\x01" + bytes(57) + b"\0" + modinfo))
+
+
+def test_a_boot_loads_what_debian_s_dkms_built_for_that_kernel(machine):
+    root, env = machine
+    install_kernel(root, "6.12.117+deb13-amd64")
+    install_kernel(root, "6.12.118+deb13-amd64")
+    install_dkms_module(root, "6.12.117+deb13-amd64", "nvidia-current-modeset", "1.0")
+    install_dkms_module(root, "6.12.117+deb13-amd64", "nvidia-current", "550.163.01")
+    call(env, "boot")
+    assert booted(root) == ("6.12.118+deb13-amd64", None)     # DKMS has not built for it yet
+    install_dkms_module(root, "6.12.118+deb13-amd64", "nvidia-current", "550.163.01")
+    call(env, "boot")
+    assert booted(root) == ("6.12.118+deb13-amd64", "550.163.01")
+
+
+@pytest.mark.parametrize(("name", "title"),
+                         [("Ubuntu", "Ubuntu"), ("Debian GNU/Linux", "Debian GNU/Linux")])
+def test_update_grub_titles_the_menu_as_the_distribution_s_grub_does(machine, name, title):
+    """10_linux titles entries with GRUB_DISTRIBUTOR: "Ubuntu" as it is, Debian's os-release NAME
+    "Debian GNU/Linux"; the ids (what the role's grub-reboot uses) are the same on both."""
+    root, env = machine
+    (root / "os-release").write_text(f'PRETTY_NAME="x"\nNAME="{name}"\n')
+    install_kernel(root, "6.12.117+deb13-amd64")
+    call(env, "update-grub")
+    cfg = (root / "boot/grub/grub.cfg").read_text()
+    titles = re.findall(r"^\s*(?:menuentry|submenu) '([^']+)'", cfg, re.M)
+    kernel = "6.12.117+deb13-amd64"
+    assert titles == [title, f"Advanced options for {title}", f"{title}, with Linux {kernel}",
+                      f"{title}, with Linux {kernel} (recovery mode)"]
+
+
 def test_with_no_kernel_installed_the_host_s_kernel_shows(machine):
     root, env = machine
     call(env, "boot")
     assert not (root / "run/release").exists() and (root / "run/boot_id").exists()
 
 
-MOKUTIL = DOUBLE.with_name("mokutil-double")
+MOKUTIL = DOUBLE.parents[1] / "ubuntu-target/mokutil-double"
 
 
 @pytest.mark.parametrize(

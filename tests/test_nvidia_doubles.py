@@ -523,6 +523,17 @@ def test_libraries_newer_than_the_loaded_module_are_nvml_s_version_mismatch(tmp_
     ]
 
 
+def test_debian_s_nvml_in_its_nvidia_current_folder_is_found(tmp_path, smi_env):
+    """Debian's libnvidia-ml1 installs libnvidia-ml.so.<version> in <libdir>/nvidia/current
+    (nvidia-alternative links the soname into <libdir>)."""
+    env = booted(tmp_path, smi_env, module="550.163.01")
+    current = Path(env["NVIDIA_SMI_DOUBLE_LIB_DIR"]) / "nvidia/current"
+    current.mkdir(parents=True)
+    (current / "libnvidia-ml.so.550.163.01").write_text("550.163.01")
+    out = smi(env, "--query-gpu=driver_version", "--format=csv,noheader").stdout
+    assert out.splitlines() == ["550.163.01", "550.163.01"]
+
+
 def test_no_nvml_library_installed_is_its_own_error(tmp_path, smi_env):
     proc = smi(booted(tmp_path, smi_env, module="580.95.05"), "-L", check=False)
     assert proc.returncode == 12 and "couldn't find libnvidia-ml.so" in proc.stdout

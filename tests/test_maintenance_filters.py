@@ -18,7 +18,7 @@ _spec = importlib.util.spec_from_file_location(
 mnt = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mnt)
 SCHEMA = json.loads((ROOT / "files/schemas/maintenance.schema.json").read_text())
-KERNEL_DOUBLE = ROOT / "molecule/images/ubuntu-target/vdf-kernel-double"
+KERNEL_DOUBLE = ROOT / "molecule/images/kernel-target/vdf-kernel-double"
 
 APT_SIMULATION = """\
 Reading package lists...
@@ -105,6 +105,27 @@ def test_a_module_is_found_only_for_its_own_kernel():
     assert not mnt.module_file_for(found, "6.8.0-51-generic")
     dkms = "/lib/modules/6.12.9-amd64/updates/dkms/nvidia-current.ko.xz\n"
     assert mnt.module_file_for(dkms, "6.12.9-amd64")
+
+
+def test_the_maintenance_run_finds_the_module_each_driver_source_installs():
+    """maintain_apply.yml finds a kernel's module by file name: Ubuntu's signed module and NVIDIA's
+    DKMS build are nvidia.ko, Debian's DKMS installs it as nvidia-current.ko.xz (nvidia-kernel-dkms'
+    dkms.conf: DEST_MODULE_NAME "nvidia-current", compressed as Debian's kernel asks). Missing
+    Debian's name, the run took every new kernel for one without its module and stayed on the old."""
+    import fnmatch
+
+    import yaml
+
+    tasks = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain_apply.yml").read_text())
+    find = next(t for t in tasks if t.get("name") == "Find the NVIDIA modules of the installed kernels")
+    patterns = find["ansible.builtin.find"]["patterns"]
+    patterns = [patterns] if isinstance(patterns, str) else patterns
+
+    def found(name):
+        return any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
+
+    assert all(found(name) for name in ("nvidia.ko", "nvidia.ko.zst", "nvidia-current.ko.xz", "nvidia-current.ko"))
+    assert not any(found(name) for name in ("nvidia-current-modeset.ko.xz", "nvidia-uvm.ko", "nvidia-drm.ko.zst"))
 
 
 @pytest.mark.parametrize("state", mnt.MAINTENANCE_STATES)

@@ -293,6 +293,19 @@ def kernel_headers_package(kernel, distribution, packages=None):
     return f"linux-headers-{flavour or kernel}"
 
 
+def debian_kernel_packages(kernel, distribution, headers):
+    """The kernel packages a Debian driver install names: the headers package, and with the
+    flavour's headers meta (linux-headers-amd64) the flavour's image meta too. The headers meta
+    brings the archive's newest kernel's headers, and DKMS builds only for kernels with headers:
+    a rig that has not upgraded since would reboot into its older kernel without a module, so the
+    image moves with the headers (tests/test_debian_kernel_packages.py). An owner's own headers
+    package, or a kernel of no known flavour, leaves the kernel alone."""
+    flavour = _kernel_flavour(kernel) if str(distribution).lower() == "debian" else None
+    if flavour and headers == f"linux-headers-{flavour}":
+        return [headers, f"linux-image-{flavour}"]
+    return [headers]
+
+
 # --- 5. Secure Boot -----------------------------------------------------------------------------
 
 MOK_KEYS = {
@@ -466,6 +479,7 @@ class FilterModule:
             "vllm_dual_fast_ubuntu_kernel_flavour": ubuntu_kernel_flavour,
             "vllm_dual_fast_ubuntu_driver_packages": ubuntu_driver_packages,
             "vllm_dual_fast_kernel_headers_package": kernel_headers_package,
+            "vllm_dual_fast_debian_kernel_packages": debian_kernel_packages,
             "vllm_dual_fast_secure_boot_state": secure_boot_state,
             "vllm_dual_fast_secure_boot_refusal": secure_boot_refusal,
             "vllm_dual_fast_driver_hold_packages": driver_hold_packages,

@@ -36,8 +36,8 @@ def apt_cache(apt, *args):
 def rig(tmp_path, archive, snapshot, kernel_meta="linux-generic"):
     """A freshly installed noble rig: its kernel meta package, no driver yet."""
     apt = AptRoot(tmp_path / "root", archive, SUITES, snapshot=snapshot)
-    if drv.apt_policy_candidate(apt_cache(apt, "policy", kernel_meta)) == "":
-        pytest.skip(f"the Ubuntu archive double publishes no {kernel_meta}")
+    assert drv.apt_policy_candidate(apt_cache(apt, "policy", kernel_meta)), (
+        f"the Ubuntu archive double publishes no {kernel_meta} in {snapshot}")
     apt.run("install", kernel_meta)
     return apt
 
@@ -81,7 +81,7 @@ def test_with_the_signed_module_published_both_choices_install_the_same_driver(
     """ubuntu-drivers picks the headless user space without DKMS and the flavour's signed module
     meta; the role picks the same two plus nvidia-utils (nvidia-smi), which the headless meta
     does not depend on. After APT's resolution that one package is the whole difference."""
-    apt = rig(tmp_path, archive, snapshot, kernel_meta)  # skips HWE: the archive has none yet
+    apt = rig(tmp_path, archive, snapshot, kernel_meta)
     flavour = drv.ubuntu_kernel_flavour(newest_kernel(apt), apt.installed(), release)
     ours = drv.ubuntu_driver_packages(BRANCH, flavour)
 

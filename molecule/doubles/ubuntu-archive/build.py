@@ -45,6 +45,10 @@ RELEASES = {
     "jammy": ("22.04", [("5.15.0-126", 136), ("5.15.0-127", 137), ("5.15.0-128", 138)],
               ["580.95.05", "580.105.08"]),
 }
+# The hardware enablement kernel each release's -updates carries from `updates` on (ABI,
+# upload): a newer upstream under the same -generic kernel name, with its own metas
+# (linux-generic-hwe-<release>) and module meta (linux-modules-nvidia-580-server-generic-hwe-...).
+HWE = {"noble": ("6.14.0-36", 36), "jammy": ("6.8.0-90", 90)}
 FLAVOUR = "generic"
 # Debian 13's docker-compose (the Compose v2 CLI plugin), which docker-compose-v2 stands on.
 DEBIAN_COMPOSE_UPSTREAM = "2.26.1"
@@ -202,12 +206,14 @@ def driver_packages(upstream, release, branch=BRANCH):
     ]
 
 
-def kernel_packages(abi, upload):
+def kernel_packages(abi, upload, meta_flavour=FLAVOUR, meta_suffix=""):
     """One kernel ABI of the flavour, and the flavour's meta packages pointing at it (the meta
-    packages are what move a rig to the next ABI: each ABI is a new package name)."""
+    packages are what move a rig to the next ABI: each ABI is a new package name). An HWE
+    kernel is a -generic kernel whose metas are named generic-hwe-<release> and versioned
+    <abi>.<upload>~<release>.1."""
     k = f"{abi}-{FLAVOUR}"
-    version = f"{abi}.{upload}"
-    meta = f"{abi.replace('-', '.')}.{upload}"
+    version = f"{abi}.{upload}{meta_suffix}"
+    meta = f"{abi.replace('-', '.')}.{upload}{meta_suffix}"
     return [
         _pkg(
             f"linux-image-{k}",
@@ -230,25 +236,26 @@ def kernel_packages(abi, upload):
             files={f"/usr/src/linux-headers-{k}/Makefile": "# TEST DOUBLE\n"},
         ),
         _pkg(
-            f"linux-image-{FLAVOUR}",
+            f"linux-image-{meta_flavour}",
             meta,
             source="linux-meta",
             section="kernel",
             depends=[f"linux-image-{k}"],
         ),
         _pkg(
-            f"linux-headers-{FLAVOUR}",
+            f"linux-headers-{meta_flavour}",
             meta,
             source="linux-meta",
             section="kernel",
             depends=[f"linux-headers-{k}"],
         ),
         _pkg(
-            f"linux-{FLAVOUR}",
+            f"linux-{meta_flavour}",
             meta,
             source="linux-meta",
             section="kernel",
-            depends=[f"linux-image-{FLAVOUR} (= {meta})", f"linux-headers-{FLAVOUR} (= {meta})"],
+            depends=[f"linux-image-{meta_flavour} (= {meta})",
+                     f"linux-headers-{meta_flavour} (= {meta})"],
         ),
     ]
 
@@ -296,11 +303,11 @@ def module_packages(abi, upload, upstream, respin, branch=BRANCH, broken=False):
     ]
 
 
-def module_meta(abi, upload, upstream, respin, branch=BRANCH):
+def module_meta(abi, upload, upstream, respin, branch=BRANCH, meta_flavour=FLAVOUR):
     b = f"{branch}-server"
     version = f"{abi}.{upload}+{respin}"
     return _pkg(
-        f"linux-modules-nvidia-{b}-{FLAVOUR}",
+        f"linux-modules-nvidia-{b}-{meta_flavour}",
         version,
         source="linux-restricted-modules",
         section="kernel",
@@ -309,6 +316,18 @@ def module_meta(abi, upload, upstream, respin, branch=BRANCH):
             f"nvidia-kernel-common-{b} (>= {upstream})",
         ],
     )
+
+
+def hwe_packages(codename, upstream):
+    """The release's HWE kernel with its signed module, built against point release 2."""
+    release = RELEASES[codename][0]
+    abi, upload = HWE[codename]
+    flavour = f"{FLAVOUR}-hwe-{release}"
+    return [
+        *kernel_packages(abi, upload, meta_flavour=flavour, meta_suffix=f"~{release}.1"),
+        *module_packages(abi, upload, upstream, 1),
+        module_meta(abi, upload, upstream, 1, meta_flavour=flavour),
+    ]
 
 
 def container_stack_packages(release):
@@ -345,7 +364,8 @@ def archive(codename="noble", snapshot="updates"):
     """{suite: [package]} as published at one moment (one version per package and suite, as in
     Canonical's indexes):
       first    the release suite only: kernel ABI 1, driver point release 1 (a rig's install);
-      updates  -updates adds ABI 2 and point release 2, ABI 1's module respun for it (+2);
+      updates  -updates adds ABI 2 and point release 2, ABI 1's module respun for it (+2), and
+               the HWE kernel (HWE) with its module;
       broken   the same, but ABI 2's module fails in its postinst (a module that will not install);
       fixed    the same, with ABI 2's module and its meta published again (+2), installing;
       ahead    `fixed` plus kernel ABI 3 (the flavour's metas follow it) whose NVIDIA module is
@@ -365,6 +385,7 @@ def archive(codename="noble", snapshot="updates"):
         *module_packages(abi1, up1, second, 2),
         *module_packages(abi2, up2, second, respin, broken=snapshot == "broken"),
         module_meta(abi2, up2, second, respin),
+        *hwe_packages(codename, second),
         unrelated_package(release, 4),
     ]
     return {

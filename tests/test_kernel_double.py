@@ -140,6 +140,25 @@ def test_update_grub_titles_the_menu_as_the_distribution_s_grub_does(machine, na
                       f"{title}, with Linux {kernel} (recovery mode)"]
 
 
+def test_the_new_boot_id_shows_only_once_the_module_is_loaded(machine):
+    """ansible.builtin.reboot waits for a new boot_id; over `docker exec` a container answers
+    from its first second, where a real machine answers SSH once its modules are loaded. So the
+    boot binds the new boot_id last: nothing reads the GPUs between it and the module."""
+    root, env = machine
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    # The mount double notes what the kernel double had recorded when the boot_id was bound.
+    (bin_dir / "mount").write_text(
+        f'#!/bin/sh\necho "$@ module=$(cat {root}/run/nvidia-module)" >> {root}/mounts\n')
+    (bin_dir / "mount").chmod(0o755)
+    env = {**env, "VDF_KERNEL_DOUBLE_BIND_BOOT_ID": "1", "PATH": f"{bin_dir}:{env['PATH']}"}
+    install_kernel(root, "6.8.0-50-generic", "580.95.05")
+    call(env, "boot")
+    assert (root / "mounts").read_text().split() == [
+        "--bind", str(root / "run/boot_id"), "/proc/sys/kernel/random/boot_id",
+        "module=580.95.05"]
+
+
 def test_with_no_kernel_installed_the_host_s_kernel_shows(machine):
     root, env = machine
     call(env, "boot")

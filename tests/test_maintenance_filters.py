@@ -163,6 +163,32 @@ def test_kernel_and_driver_up_together_is_maintained():
     assert (result["kernel_after"], result["driver_after"]) == ("6.8.0-51-generic", "580.105.08")
 
 
+def test_a_rig_that_served_nothing_reports_no_health_rather_than_unhealthy():
+    """The Debian rig of the driver scenario serves nothing: its maintenance.json said
+    `healthy: false` as if a release had failed. A release that served before and did not come
+    back is the failure `false` means."""
+    nothing = verdict(serving_release="", was_serving=False)
+    assert nothing["state"] == "maintained"
+    assert nothing["serving"] == {"release": "", "healthy": None}
+    gone = verdict(serving_release="", was_serving=True)
+    assert gone["serving"] == {"release": "", "healthy": False}
+
+
+def test_the_plan_asks_apt_with_the_options_the_upgrade_installs_with():
+    """The plan (maintain.yml, `apt-get -s`) names the packages the report lists; the upgrade
+    (maintain_apply.yml) installs without Recommends. Planned with them, the Debian rig's report
+    listed apparmor (a Recommends of Debian's kernel image) as upgraded, which it never was."""
+    import yaml
+
+    plan = next(t for t in yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain.yml").read_text())
+                if t.get("name") == "Ask APT what upgrading them together would do")
+    apply = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain_apply.yml").read_text())
+    block = next(t for t in apply if t.get("name") == "Upgrade kernel, modules and driver in one APT transaction")
+    start = next(t for t in block["block"] if t.get("name") == "Start the upgrade")
+    assert "--no-install-recommends" in start["ansible.builtin.shell"]
+    assert "--no-install-recommends" in plan["ansible.builtin.command"]["argv"]
+
+
 def test_apt_failing_is_named_by_apt_s_last_line_and_the_fallback_kernel():
     result = verdict(apt_failed=True, apt_lines=["Setting up x", "E: Sub-process returned 1", ""],
                      kernel_after="6.8.0-50-generic", fell_back=True, serving_release="r3")

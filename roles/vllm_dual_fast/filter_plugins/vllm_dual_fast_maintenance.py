@@ -104,7 +104,8 @@ def maintenance_result(state, reason="", kernel_before="", kernel_after="", driv
                        fell_back=False, marks=None, serving_release="", healthy=None):
     """What one maintenance run did to a rig (files/schemas/maintenance.schema.json): the one
     builder of `vllm_dual_fast_maintenance` and of maintenance.json on the rig. `healthy` is
-    None when the run checked nothing (unchanged), else whether the release serves healthy."""
+    None when the run checked nothing (unchanged, or no release served before), else whether the
+    release serves healthy."""
     if state not in MAINTENANCE_STATES:
         raise ValueError(f"unknown maintenance state {state!r} ({', '.join(MAINTENANCE_STATES)})")
     return {
@@ -132,12 +133,15 @@ def maintenance_verdict(evidence):
     kernel_after, driver_after ('' when the GPUs do not answer), satisfied (the driver answers
     and is new enough), apt_failed, apt_lines, smi_lines (what nvidia-smi said), fell_back,
     packages, marks (phase_durations' input), serving_release (the release serving again, ''
-    when none was or it could not start), health_failure (why it failed health afterwards, ''
-    when it passed or nothing serves). `maintained` only when APT finished, the GPUs answer on
-    the new kernel and what serves passes health."""
+    when none was or it could not start), was_serving (a release served before the run: without
+    one, health is none, not failed), health_failure (why it failed health afterwards, '' when it
+    passed or nothing serves). `maintained` only when APT finished, the GPUs answer on the new
+    kernel and what serves passes health."""
     ev = evidence or {}
     release = ev.get("serving_release") or ""
     healthy = bool(release) and not ev.get("health_failure")
+    if not ev.get("was_serving", True) and not release:
+        healthy = None
     nxt, after = ev.get("next_kernel") or "", ev.get("kernel_after") or ""
     smi = next((line for line in ev.get("smi_lines") or [] if str(line).strip()), "")
     if ev.get("apt_failed"):

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
+from ansible_runner import run_playbook
 from apt_fake_root import AptRoot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,13 +28,43 @@ drv = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(drv)
 
 pytestmark = pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get")
-USER_SPACE = [
-    "nvidia-driver",
-    "nvidia-kernel-dkms",
-    "libcuda1",
-    "nvidia-smi",
-    "nvidia-persistenced",
+ROLE = ROOT / "roles/vllm_dual_fast"
+# The driver packages the role installs on trixie (its own vars file, not a copy).
+USER_SPACE = yaml.safe_load((ROLE / "vars/Debian-13.yml").read_text())[
+    "_vllm_dual_fast_driver_packages"
 ]
+FACTS = {"kernel": "6.12.117+deb13-amd64", "distribution": "Debian"}
+
+
+def role_install_packages(tmp_path):
+    """What driver_debian.yml hands driver_install.yml to install on this rig: its include
+    task's vars, rendered by Ansible with the role's defaults, trixie's vars and filters."""
+    tasks = yaml.safe_load((ROLE / "tasks/driver_debian.yml").read_text())
+    include = next(
+        t for t in tasks if t.get("ansible.builtin.include_tasks") == "driver_install.yml"
+    )
+    out_file = tmp_path / "install-packages.json"
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/Debian-13.yml")],
+            "tasks": [
+                {
+                    "name": "Write the install list down",
+                    "vars": include["vars"],
+                    "ansible.builtin.copy": {
+                        "content": "{{ _vllm_dual_fast_driver_install_packages | to_json }}",
+                        "dest": str(out_file),
+                        "mode": "0644",
+                    },
+                }
+            ],
+        }
+    ]
+    result, out = run_playbook(tmp_path, play, {"ansible_facts": FACTS})
+    assert result.returncode == 0, out
+    return json.loads(out_file.read_text())
 
 
 def _stanza(name, version, depends=""):
@@ -95,9 +128,10 @@ def test_the_headers_meta_alone_leaves_the_next_boot_without_a_module(rig):
     assert next_boot_has_headers(rig) == ("6.12.117+deb13-amd64", False)
 
 
-def test_the_role_s_kernel_packages_boot_a_kernel_dkms_built_for(rig):
-    packages = drv.debian_kernel_packages("6.12.117+deb13-amd64", "Debian", "linux-headers-amd64")
-    rig.run("install", *packages, *USER_SPACE)
+def test_the_role_s_install_boots_a_kernel_dkms_built_for(rig, tmp_path):
+    packages = role_install_packages(tmp_path)
+    assert set(USER_SPACE) <= set(packages)
+    rig.run("install", *packages)
     assert next_boot_has_headers(rig) == ("6.12.118+deb13-amd64", True)
 
 

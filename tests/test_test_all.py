@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).parents[1]
@@ -41,7 +42,7 @@ echo "$(date +%s.%N) end molecule $3 $1" >>"$STEPS"
 [ "${FAIL:-}" = "$3:$1" ] && { echo "fatal: $3 $1 failed"; exit 2; }
 # FAIL_ONCE: that scenario:phase fails the first time only.
 if [ "${FAIL_ONCE:-}" = "$3:$1" ] && [ ! -e "$STEPS.once" ]; then
-  touch "$STEPS.once"; echo "fatal: $3 $1 failed once"; exit 2
+  touch "$STEPS.once"; echo "${FAIL_ONCE_MSG:-fatal: $3 $1 failed once}"; exit 2
 fi
 exit 0
 """
@@ -167,6 +168,39 @@ def test_a_failed_create_is_tried_once_more(tmp_path):
     summary = run.stdout.split("== summary of make test")[1]
     assert "why| default create: fatal: default create failed once" in summary, summary
     assert re.search(r"^molecule default: passed ", summary, re.M)
+
+
+# What Ansible printed when Docker's exec API lost a command's output (a driver converge, 2026-12).
+DOCKER_EXEC_LOST = (
+    "fatal: [vdf-molecule-driver-noble]: FAILED! => {\"changed\": false, \"msg\": \"Task failed: "
+    "failed to resolve remote temporary directory from ansible-tmp-1796403539.5739372-7854-"
+    "179607526192196: `_ShellCommand(command='( umask 77 && mkdir -p \\\"` "
+    "echo /root/.ansible/tmp `\\\" )', input_data=None)` returned empty string\"}")
+
+
+@pytest.mark.parametrize("phase", ["converge", "idempotence"])
+def test_a_converge_whose_output_docker_lost_runs_once_more(tmp_path, phase):
+    run, _ = run_all(tmp_path, {"default": SEQUENCE}, "default", FAIL_ONCE=f"default:{phase}",
+                     FAIL_ONCE_MSG=DOCKER_EXEC_LOST)
+    assert run.returncode == 0, run.stdout + run.stderr
+    starts = (tmp_path / "steps.log").read_text().count(f"start molecule default {phase}")
+    assert starts == 2, run.stdout
+    summary = run.stdout.split("== summary of make test")[1]
+    assert f"why| default {phase}: fatal: [vdf-molecule-driver-noble]" in summary, summary
+    assert re.search(r"^molecule default: passed ", summary, re.M)
+
+
+@pytest.mark.parametrize(("phase", "message"), [
+    ("converge", "fatal: [rig]: FAILED! => {\"msg\": \"the role failed\"}"),  # the role's own
+    ("verify", DOCKER_EXEC_LOST),     # verify's sequences do not start again halfway
+])
+def test_other_failures_are_not_run_again(tmp_path, phase, message):
+    run, _ = run_all(tmp_path, {"default": SEQUENCE}, "default", FAIL_ONCE=f"default:{phase}",
+                     FAIL_ONCE_MSG=message)
+    assert run.returncode == 1, run.stdout
+    starts = (tmp_path / "steps.log").read_text().count(f"start molecule default {phase}")
+    assert starts == 1, run.stdout
+    assert re.search(rf"^molecule default: FAILED .* {phase} -", run.stdout, re.M)
 
 
 def test_a_create_failing_twice_fails_the_scenario(tmp_path):

@@ -16,8 +16,10 @@ print(" ".join(p for p in seq[:len(seq) - seq[::-1].index("verify")] if p != "de
     "molecule/$1/molecule.yml"
 }
 PHASE_LOG="$(mktemp)" RIG=""
-# What Ansible says when Docker's exec API returned no output at all for its temporary folder.
+# What Ansible says when Docker's exec returned no output at all for its temporary folder, or
+# runc could not start the command in the rig (exit 126: nothing of it ran).
 DOCKER_EXEC_LOST='failed to resolve remote temporary directory from ansible-tmp-[0-9.-]+: .* returned empty string'
+DOCKER_EXEC_LOST+='|OCI runtime exec failed: exec failed: unable to start container process'
 
 # The rig of the scenario under way is destroyed however the script ends.
 trap '[ -z "${RIG}" ] || molecule destroy -s "${RIG}" >/dev/null 2>&1; rm -f "${PHASE_LOG}"' EXIT
@@ -63,16 +65,18 @@ for scenario in "$@"; do
       run_phase create "${scenario}"
       rc=$?
     fi
-    # Docker's exec API can end an exec's output stream before the command wrote anything
-    # (community.docker issue 644, open; seen once here in 2026-12 with both lanes loaded, in a
-    # driver converge: "failed to resolve remote temporary directory ... returned empty string").
-    # That is the connection, not the role: converge (site.yml, which must converge from any
-    # partial run) and idempotence (a failed run counts no change) are run once more, saying why.
-    # Verify is not: its fault sequences do not start again halfway.
+    # Docker's exec can fail under load before the command ran or wrote anything, seen here in
+    # 2026-12 with both lanes busy: its API ended the output stream of Ansible's mkdir ("failed to
+    # resolve remote temporary directory ... returned empty string", community.docker issue 644,
+    # open; a driver converge), and runc could not start a module ("OCI runtime exec failed ...
+    # read init-p: connection reset by peer", rc 126; an existing idempotence). That is the
+    # engine, not the role: converge (site.yml, which must converge from any partial run) and
+    # idempotence (a failed run counts no change) are run once more, saying why. Verify is not:
+    # its fault sequences do not start again halfway.
     if [ "${rc}" -ne 0 ] && { [ "${phase}" = converge ] || [ "${phase}" = idempotence ]; } \
         && grep -qE "${DOCKER_EXEC_LOST}" "${PHASE_LOG}"; then
       why_failed "${scenario}" "${phase}"
-      echo "molecule-timed: ${scenario} ${phase} lost a command's output to Docker's exec API; running ${phase} once more"
+      echo "molecule-timed: ${scenario} ${phase} failed in Docker's exec, not in the role; running ${phase} once more"
       run_phase "${phase}" "${scenario}"
       rc=$?
     fi

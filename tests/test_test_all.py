@@ -85,17 +85,17 @@ def run_all(tmp_path, scenarios, *order, **env):
     return run, events
 
 
-def test_pytest_then_driver_and_existing_run_beside_the_other_scenarios(tmp_path):
-    run, events = run_all(tmp_path, {"default": SEQUENCE, "driver": SEQUENCE, "existing": SEQUENCE},
-                          "default", "driver", "existing")
+def test_pytest_then_fleet_and_existing_run_beside_the_other_scenarios(tmp_path):
+    run, events = run_all(tmp_path, {"default": SEQUENCE, "fleet": SEQUENCE, "existing": SEQUENCE},
+                          "default", "fleet", "existing")
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.rstrip().splitlines()[-1].endswith("PASSED")
-    # default's rig works while pytest runs; driver and then existing only after pytest.
+    # default's rig works while pytest runs; fleet and then existing only after pytest.
     assert events["molecule default converge"]["start"] < events["make pytest"]["end"]
-    assert events["molecule driver destroy"]["start"] >= events["make pytest"]["end"]
-    assert events["molecule existing destroy"]["start"] >= events["molecule driver verify"]["end"]
+    assert events["molecule fleet destroy"]["start"] >= events["make pytest"]["end"]
+    assert events["molecule existing destroy"]["start"] >= events["molecule fleet verify"]["end"]
     assert "[scenarios] == molecule default: passed" in run.stdout
-    assert "[pytest] == molecule driver: passed" in run.stdout
+    assert "[pytest] == molecule fleet: passed" in run.stdout
     assert "[pytest] == molecule existing: passed" in run.stdout
     # In the summary too, a line per scenario with its phases' seconds.
     assert re.search(r"^molecule default: passed  cleanup [0-9.]+  create .* total [0-9.]+$",
@@ -232,10 +232,10 @@ def test_a_prepare_failing_inside_create_is_not_tried_again(tmp_path):
 
 
 def test_one_lane_runs_every_step_in_turn(tmp_path):
-    run, events = run_all(tmp_path, {"default": SEQUENCE, "driver": SEQUENCE}, "default", "driver",
+    run, events = run_all(tmp_path, {"default": SEQUENCE, "fleet": SEQUENCE}, "default", "fleet",
                           VDF_LANES="1")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert events["molecule default destroy"]["start"] >= events["molecule driver verify"]["end"]
+    assert events["molecule default destroy"]["start"] >= events["molecule fleet verify"]["end"]
 
 
 def test_three_lanes_run_fleet_from_the_start_and_driver_after_pytest(tmp_path):
@@ -302,7 +302,7 @@ def test_scenarios_in_different_lanes_share_no_writable_cache():
     # Two rigs running apt at once over one archive folder fight over its lock; with three lanes
     # any two scenarios may run at once.
     one, other = lanes_of_make_test()
-    assert one and other and "driver" in other
+    assert one and other and "fleet" in other
     shared = {(a, b, folder) for a in one for b in other
               for folder in writable_host_folders(a) & writable_host_folders(b)}
     assert not shared

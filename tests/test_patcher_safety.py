@@ -45,14 +45,16 @@ def start(lib, pause=PAUSE):
     )
 
 
-def run_time(lib, original, runs):
-    """The median time of whole runs now: the machine's load moves it (pytest beside Molecule)."""
+def run_time(lib, original, patched, runs):
+    """The median time of whole runs now (the machine's load moves it: pytest beside Molecule);
+    each run, not killed, must leave the file patched."""
     durations = []
     for _ in range(runs):
         (lib / "decode.py").write_bytes(original)
         t0 = time.monotonic()
         assert start(lib).wait(timeout=60) == 0
         durations.append(time.monotonic() - t0)
+        assert (lib / "decode.py").read_bytes() == patched
     return sorted(durations)[len(durations) // 2]
 
 
@@ -61,9 +63,7 @@ def test_sigkill_at_any_moment_leaves_original_or_patched(decode_only):
     original = decode.read_bytes()
     patched = load_patcher().patch_source(original, "decode.py")
     compile(patched, "decode.py", "exec")  # the only two states allowed; both compile
-    assert decode.read_bytes() == original
-    window = run_time(decode_only, original, runs=3)  # kill times span the whole of such a run
-    assert decode.read_bytes() == patched
+    window = run_time(decode_only, original, patched, runs=3)  # kills span such a whole run
 
     rng = random.Random(40756)  # noqa: S311 -- reproducible kill times, not secrets
     seen = {"original": 0, "patched": 0, "killed": 0, "finished": 0, "mid_write": 0, "stretched": 0}
@@ -78,7 +78,7 @@ def test_sigkill_at_any_moment_leaves_original_or_patched(decode_only):
             break
         if attempt and attempt % BLOCK == 0:
             if not reached_write:
-                window = max(1.5 * window, run_time(decode_only, original, runs=1))
+                window = max(1.5 * window, run_time(decode_only, original, patched, runs=1))
                 seen["stretched"] += 1
             reached_write = 0
         decode.write_bytes(original)

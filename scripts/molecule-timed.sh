@@ -15,6 +15,15 @@ seq = yaml.safe_load(open(sys.argv[1]))["scenario"]["test_sequence"]
 print(" ".join(p for p in seq[:len(seq) - seq[::-1].index("verify")] if p != "dependency"))' \
     "molecule/$1/molecule.yml"
 }
+# The strategy a scenario's idempotence phase runs under (its molecule.yml's provisioner env
+# VDF_IDEMPOTENCE_STRATEGY; empty: as every other phase). That phase re-runs converge on rigs
+# that are already converged, so nothing reboots in it and Mitogen can take it (README, "Faster
+# runs with Mitogen"); converge itself stays on stock Ansible where it reboots a rig.
+idempotence_strategy_of() {
+  python3 -c 'import sys, yaml
+env = (yaml.safe_load(open(sys.argv[1])).get("provisioner") or {}).get("env") or {}
+print(env.get("VDF_IDEMPOTENCE_STRATEGY", ""))' "molecule/$1/molecule.yml"
+}
 PHASE_LOG="$(mktemp)" RIG=""
 # What Ansible says when Docker's exec returned no output at all for its temporary folder, or
 # runc could not start the command in the rig (exit 126: nothing of it ran).
@@ -28,7 +37,12 @@ run_phase() {  # phase scenario: runs one Molecule phase, its output shown and k
   # Lines of Molecule's own that read like failures in a passing run, labelled where they appear:
   # a scenario "skipped" when create/prepare were already done, the create playbook's poll, and
   # its search for a `default` scenario (for state shared between scenarios; there is none here).
-  molecule "$1" -s "$2" 2>&1 \
+  local strategy=""
+  if [ "$1" = idempotence ]; then
+    strategy=$(idempotence_strategy_of "$2") || return 1
+    [ -z "${strategy}" ] || echo "molecule-timed: $2 idempotence under ANSIBLE_STRATEGY=${strategy}"
+  fi
+  ${strategy:+env ANSIBLE_STRATEGY="${strategy}"} molecule "$1" -s "$2" 2>&1 \
     | sed -u -e 's/^\(.*Molecule executed 1 scenario (1 skipped)\)$/\1 [expected: its rig was already created and prepared]/' \
         -e "s|^\(CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting.\)$|\1 [expected: no default scenario here; Molecule goes on without shared state]|" \
         -e 's/^\(FAILED - RETRYING: \[localhost\]: Wait for instance(s) \(creation\|deletion\) to complete.*\)$/\1 [expected: Molecule polls until the container is up]/' \

@@ -32,6 +32,7 @@ MOLECULE = """#!/bin/bash
 # Stand-in for molecule: `molecule <phase> -s <scenario>`; FAIL names scenario:phase to fail.
 echo "$(date +%s.%N) start molecule $3 $1" >>"$STEPS"
 echo "INFO     [$3 > $1] Executing"
+echo "$3 $1 ${ANSIBLE_STRATEGY:-stock}" >>"$STEPS.strategy"    # what each phase ran under
 # As Molecule does, `create` runs the prepare playbook too: FAIL=<scenario>:prepare fails there.
 if [ "$1" = create ] && [ "${FAIL:-}" = "$3:prepare" ]; then
   echo "INFO     [$3 > prepare] Executing"; echo "fatal: $3 prepare failed"; exit 2
@@ -53,7 +54,7 @@ SEQUENCE = ["dependency", "destroy", "create", "prepare", "converge", "idempoten
 
 def checkout(tmp_path, scenarios):
     """A checkout with the two scripts, one molecule.yml per scenario and stand-ins on PATH;
-    scenarios maps a name to its test_sequence."""
+    scenarios maps a name to its test_sequence, or to its whole molecule.yml (a dict)."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     for script in ("test-all.sh", "molecule-timed.sh"):
@@ -61,7 +62,8 @@ def checkout(tmp_path, scenarios):
     for name, sequence in scenarios.items():
         (repo / "molecule" / name).mkdir(parents=True)
         (repo / "molecule" / name / "molecule.yml").write_text(
-            yaml.safe_dump({"scenario": {"test_sequence": sequence}}))
+            yaml.safe_dump(sequence if isinstance(sequence, dict)
+                           else {"scenario": {"test_sequence": sequence}}))
     stand_ins = tmp_path / "bin"
     stand_ins.mkdir()
     for name, body in (("make", MAKE), ("molecule", MOLECULE)):
@@ -264,6 +266,35 @@ def test_a_scenario_runs_the_phases_its_test_sequence_names(tmp_path):
                      run.stdout, re.M)
     # Molecule's search for a default scenario reads like a failure; it is labelled as expected.
     assert "glob failed.  Exiting. [expected: no default scenario here" in run.stdout
+
+
+def phase_strategies(tmp_path):
+    lines = (tmp_path / "steps.log.strategy").read_text().splitlines()
+    return {tuple(line.split()[:2]): line.split()[2] for line in lines}
+
+
+def test_only_idempotence_runs_under_the_strategy_its_scenario_names(tmp_path):
+    """Before: every phase ran under the one strategy of the environment, so a scenario whose
+    converge reboots a rig (stock Ansible) could not have its idempotence under Mitogen."""
+    mitogen = {"provisioner": {"env": {"VDF_IDEMPOTENCE_STRATEGY": "mitogen_linear"}},
+               "scenario": {"test_sequence": SEQUENCE}}
+    run, _ = run_all(tmp_path, {"default": mitogen, "existing": SEQUENCE}, "default", "existing")
+    assert run.returncode == 0, run.stdout + run.stderr
+    ran = phase_strategies(tmp_path)
+    assert ran[("default", "idempotence")] == "mitogen_linear", ran
+    assert {phase for (scenario, phase), how in ran.items() if how != "stock"} == {"idempotence"}
+    assert ran[("existing", "idempotence")] == "stock", ran    # names none: as the other phases
+    assert "default idempotence under ANSIBLE_STRATEGY=mitogen_linear" in run.stdout
+
+
+def test_an_idempotence_run_again_keeps_its_strategy(tmp_path):
+    mitogen = {"provisioner": {"env": {"VDF_IDEMPOTENCE_STRATEGY": "mitogen_linear"}},
+               "scenario": {"test_sequence": SEQUENCE}}
+    run, events = run_all(tmp_path, {"default": mitogen}, "default",
+                          FAIL_ONCE="default:idempotence", FAIL_ONCE_MSG=RUNC_EXEC_FAILED)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = (tmp_path / "steps.log.strategy").read_text().splitlines()
+    assert lines.count("default idempotence mitogen_linear") == 2, lines
 
 
 def test_a_scenario_without_molecules_idempotence_checks_it_in_its_verify():

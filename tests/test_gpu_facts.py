@@ -1,5 +1,6 @@
 """What preflight makes of nvidia-smi (tasks/gpu_facts.yml and preflight's stop), with the
-nvidia-smi double's faults: only a missing tool or exit 9 means no driver (the install path);
+nvidia-smi double's faults: a missing tool or exit 9 means no driver (the install path), exit
+18 (NVML's library newer than the loaded module) a driver waiting for its reboot;
 a loaded driver that cannot reach a GPU (exit 15, fallen off the bus) stops the run before
 anything is installed or rebooted. A read-only check (the heartbeat's `verify` stage) that
 preflight stops still writes the rig's report: unhealthy, naming preflight (main.yml's rescue)."""
@@ -17,13 +18,14 @@ from ansible_runner import ROLE, run_playbook
 SMI_DOUBLE = ROLE.parents[1] / "molecule/doubles/nvidia-smi-double"
 PREFLIGHT = yaml.safe_load((ROLE / "tasks/preflight.yml").read_text())
 STOP = next(t for t in PREFLIGHT if t["name"].startswith("Stop when the loaded driver cannot"))
+SERVING_STOP = next(t for t in PREFLIGHT if t["name"].startswith("Stop a serving stage on a host"))
 MAIN = yaml.safe_load((ROLE / "tasks/main.yml").read_text())
 PREFLIGHT_BLOCK = next(t for t in MAIN if t.get("block", [{}])[0].get("name") == "Preflight")
 REPORT_SCHEMA = json.loads((ROLE.parents[1] / "files/schemas/health-report.schema.json")
                            .read_text())
 
 
-def read_gpus(tmp_path, fault=None, installed=True, tasks=None, extra_vars=None):
+def read_gpus(tmp_path, fault=None, installed=True, tasks=None, extra_vars=None, env_extra=None):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     if installed:
@@ -44,7 +46,7 @@ def read_gpus(tmp_path, fault=None, installed=True, tasks=None, extra_vars=None)
            "NVIDIA_SMI_DOUBLE_CONFIG": str(tmp_path / "none.json"),
            "NVIDIA_SMI_DOUBLE_STATE_DIR": str(tmp_path / "state"),
            "NVIDIA_SMI_DOUBLE_FAULT": fault or "",
-           "VDF_VLLM_DUAL_FAST_DRIVER_MIN": "1"}
+           "VDF_VLLM_DUAL_FAST_DRIVER_MIN": "1", **(env_extra or {})}
     if shutil.which("nvidia-smi", path="/usr/bin:/bin"):
         pytest.skip("this host has a real nvidia-smi on /usr/bin")
     result, text = run_playbook(tmp_path, play, {"vllm_dual_fast_driver_min_version": "550",
@@ -72,6 +74,61 @@ def test_a_gpu_fallen_off_the_bus_stops_preflight_and_says_why(tmp_path):
     assert facts == {"loaded": False, "unreachable": True, "gpus": 0}
     assert "exit status 15" in text and "which fell off the bus" in text
     assert "Nothing was installed or changed" in text
+
+
+def booted_with_newer_libraries(tmp_path):
+    """The nvidia-smi double on a boot whose loaded module (580.95.05) is older than the NVML
+    library installed since (580.105.08): an upgrade of the driver's packages without a reboot,
+    what unattended upgrades do to a rig the role does not guard. nvidia-smi exits 18."""
+    kernel, libs = tmp_path / "kernel-double", tmp_path / "lib"
+    kernel.mkdir()
+    libs.mkdir()
+    (kernel / "release").write_text("6.8.0-50-generic\n")
+    (kernel / "nvidia-module").write_text("580.95.05\n")
+    (libs / "libnvidia-ml.so.580.105.08").write_text("")
+    return {"NVIDIA_SMI_DOUBLE_KERNEL_DIR": str(kernel), "NVIDIA_SMI_DOUBLE_LIB_DIR": str(libs)}
+
+
+def test_a_driver_library_mismatch_waits_for_a_reboot_rather_than_stopping_preflight(tmp_path):
+    """Before: exit 18 read as a loaded driver that cannot reach a GPU, so every run stopped in
+    preflight telling the owner to look for Xid 79 and reseat the cards; the driver stage never
+    got to the reboot that loads the module installed with the new libraries."""
+    result, text, facts = read_gpus(tmp_path, env_extra=booted_with_newer_libraries(tmp_path))
+    assert result.returncode == 0, text
+    assert facts == {"loaded": False, "unreachable": False, "gpus": 0}, text
+
+
+def test_a_serving_stage_on_a_mismatched_driver_says_a_reboot_loads_the_new_module(tmp_path):
+    tasks = [{"name": "Read", "ansible.builtin.include_tasks": str(ROLE / "tasks/gpu_facts.yml")},
+             STOP, SERVING_STOP]
+    result, text, _ = read_gpus(tmp_path, tasks=tasks,
+                                extra_vars={"vllm_dual_fast_stages": ["preflight", "deploy"]},
+                                env_extra=booted_with_newer_libraries(tmp_path))
+    assert result.returncode != 0, text
+    said = text.split("Task failed", 1)[1]     # the stop's own message, not the task names
+    assert "Stop a serving stage" in text.split("Task failed", 1)[0].rsplit("TASK [", 1)[1]
+    assert "Driver/library version mismatch" in said and "NVML library version: 580.105" in said
+    assert "upgraded without a reboot" in said and "vllm_dual_fast_driver_reboot_allowed" in said
+    assert "fell off the bus" not in said and "Xid" not in said
+
+
+def driver_task(name):
+    tasks = yaml.safe_load((ROLE / "tasks/driver.yml").read_text())
+    return next(t for block in tasks for t in block.get("block", [block]) if t["name"] == name)
+
+
+@pytest.mark.parametrize("mismatch, says", [
+    (True, "loaded at another version than its libraries"), (False, "installed but not loaded")])
+def test_a_driver_stage_that_may_not_reboot_says_what_waits_for_the_reboot(tmp_path, mismatch,
+                                                                            says):
+    result, text = run_playbook(tmp_path, [{
+        "hosts": "localhost", "gather_facts": False,
+        "tasks": [driver_task("Warn that the driver is installed but not loaded")]}],
+        {"vllm_dual_fast_reboot_pending": True, "vllm_dual_fast_driver_mismatch": mismatch})
+    assert result.returncode == 0, text
+    said = " ".join(text.split())    # the callback wraps long messages
+    assert says in said and "vllm_dual_fast_driver_reboot_allowed is false" in said, text
+    assert ("Driver/library version mismatch" in said) is mismatch, text
 
 
 @pytest.mark.parametrize("stages, reported", [(["preflight", "verify"], True),

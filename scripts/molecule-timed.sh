@@ -71,8 +71,11 @@ for scenario in "$@"; do
     # `molecule create` also runs the scenario's prepare playbook: only a failure before prepare
     # began is Molecule's own container start, none of the project's code, and is tried once
     # more after a clean-up, saying why the first one failed (CI saw one fail, its cause not kept).
+    # So is a prepare that failed in Docker's exec (DOCKER_EXEC_LOST below: seen in `fleet`'s
+    # prepare, 2026-12-04): on fresh rigs, so no prepare ever runs twice on one rig.
     if [ "${rc}" -ne 0 ] && [ "${phase}" = create ] \
-        && ! grep -qF "[${scenario} > prepare] Executing" "${PHASE_LOG}"; then
+        && { ! grep -qF "[${scenario} > prepare] Executing" "${PHASE_LOG}" \
+             || grep -qE "${DOCKER_EXEC_LOST}" "${PHASE_LOG}"; }; then
       why_failed "${scenario}" create
       echo "molecule-timed: ${scenario} create failed; removing what it left and creating once more"
       molecule destroy -s "${scenario}" >/dev/null 2>&1 || true

@@ -37,6 +37,9 @@ echo "$3 $1 ${ANSIBLE_STRATEGY:-stock}" >>"$STEPS.strategy"    # what each phase
 if [ "$1" = create ] && [ "${FAIL:-}" = "$3:prepare" ]; then
   echo "INFO     [$3 > prepare] Executing"; echo "fatal: $3 prepare failed"; exit 2
 fi
+if [ "$1" = create ] && [ "${FAIL_ONCE:-}" = "$3:prepare" ] && [ ! -e "$STEPS.once" ]; then
+  touch "$STEPS.once"; echo "INFO     [$3 > prepare] Executing"; echo "${FAIL_ONCE_MSG}"; exit 2
+fi
 echo "CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting."    # as Molecule 25 logs it
 [ "$1" = verify ] && sleep 0.5
 echo "$(date +%s.%N) end molecule $3 $1" >>"$STEPS"
@@ -231,6 +234,21 @@ def test_a_prepare_failing_inside_create_is_not_tried_again(tmp_path):
     assert starts == 1, run.stdout
     summary = run.stdout.split("== summary of make test")[1]
     assert "why| default create: fatal: default prepare failed" in summary, summary
+
+
+@pytest.mark.parametrize("message", [DOCKER_EXEC_LOST, RUNC_EXEC_FAILED])
+def test_a_prepare_that_docker_s_exec_failed_is_run_again_on_fresh_rigs(tmp_path, message):
+    """Before: a prepare failing in Docker's exec (the clean-clone run of 79cf535, `fleet`)
+    failed the whole run; the engine's fault, like a converge's, gets one more go, on rigs
+    destroyed and created anew so that no prepare runs twice on one rig."""
+    run, events = run_all(tmp_path, {"default": SEQUENCE}, "default",
+                          FAIL_ONCE="default:prepare", FAIL_ONCE_MSG=message)
+    assert run.returncode == 0, run.stdout + run.stderr
+    log = (tmp_path / "steps.log").read_text().splitlines()
+    starts = [i for i, line in enumerate(log) if "start molecule default create" in line]
+    assert len(starts) == 2, log
+    # the script's own destroy between the two (the stand-in logs only phases it is asked for)
+    assert "default create failed; removing what it left and creating once more" in run.stdout
 
 
 def test_one_lane_runs_every_step_in_turn(tmp_path):

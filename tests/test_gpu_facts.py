@@ -131,6 +131,21 @@ def test_a_driver_stage_that_may_not_reboot_says_what_waits_for_the_reboot(tmp_p
     assert ("Driver/library version mismatch" in said) is mismatch, text
 
 
+def test_a_reboot_that_left_the_driver_unloaded_quotes_what_nvidia_smi_printed(tmp_path):
+    """The real nvidia-smi prints its failure on stdout (the double does as well): the stop after
+    the driver's reboot quoted only stderr, so it said nothing of why."""
+    smi = {"rc": 9, "stdout_lines": ["NVIDIA-SMI has failed because it couldn't communicate "
+                                     "with the NVIDIA driver."], "stderr_lines": []}
+    result, text = run_playbook(tmp_path, [{
+        "hosts": "localhost", "gather_facts": False,
+        "tasks": [driver_task("Stop when the driver is still not loaded after the reboot")]}],
+        {"_vllm_dual_fast_reboot": "reboot", "_vllm_dual_fast_nvidia_smi": smi,
+         "vllm_dual_fast_driver_satisfied": False, "vllm_dual_fast_driver_loaded": False,
+         "vllm_dual_fast_driver_min_version": "550"})
+    assert result.returncode != 0, text
+    assert "couldn't communicate with the NVIDIA driver" in " ".join(text.split()), text
+
+
 @pytest.mark.parametrize("stages, reported", [(["preflight", "verify"], True),
                                               (["preflight", "deploy"], False)])
 def test_a_read_only_check_stopped_in_preflight_reports_the_rig_unhealthy(tmp_path, stages,

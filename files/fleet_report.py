@@ -71,8 +71,9 @@ Inputs
 
 Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rollout",
 "outcome", "rows", "footer", "not_in_inventory", "not_verified"}) and .md (the rollout's lines,
-a table, its footer, the rigs listed apart, then the uploads not verified), written whole (no
-half-written file); their paths on stderr; --print prints the Markdown on stdout. One row per rig:
+the rigs whose gates did not see, a table, its footer, the rigs listed apart, then the uploads
+not verified), written whole (no half-written file); their paths on stderr; --print prints the
+Markdown on stdout. One row per rig:
 host, state, release (the report's, else the state's), image and vLLM version (the report's),
 FlashInfer version (the report's patch_report), patch (patch_class of the report's patch_status:
 patched, upstream-fixed, pinned, or the status itself such as drift or unknown), decode tokens/s at
@@ -80,7 +81,10 @@ c=1 and at c=4 now and under the previous release (smoke.py --speed figures: the
 smoke.speed; "previous_speed" of the state), MTP's mean acceptance length and acceptance rate
 over the speed run (the report's "mtp"), the switch's downtime in seconds (the report's
 "downtime_s": the old container stopping to the new one healthy; empty when nothing was
-recreated), the number of kernel Xid lines, and a one-line reason
+recreated), the number of kernel Xid lines, the gates of its report that did not see
+("gates_unseen": cannot-judge or warn in the report's "judged", such as a kernel log it could not
+read or a race check a canary could not run; every such rig is also named before the table),
+and a one-line reason
 (the state's, else the failures of an unhealthy report). The footer counts rigs per state and says
 whether every reachable rig (state not "unreachable" or "lost") reports upstream-fixed, in which
 case the patch can be dropped fleet-wide. A "lost" rig stopped answering during its switch: it may
@@ -442,6 +446,34 @@ def _text(value):
 
 
 NO_STATE = "the rollout recorded no state for this rig"
+# A gate's result in a health report ("judged") that means it did not see: it could not look
+# (cannot-judge: a kernel log it could not read, counters gone) or could not run (warn: a race
+# check on a canary whose `auto` mode let it pass without running).
+UNSEEING = ("cannot-judge", "warn")
+
+
+def gates_unseen(report) -> list:
+    """The gates of a health report that did not see, as {gate, result, reason}, by gate name
+    (its "judged" entries whose result is in UNSEEING)."""
+    judged = report.get("judged") if isinstance(report, dict) else None
+    if not isinstance(judged, dict):
+        return []
+    return [{"gate": gate.replace("_", "-"), "result": said.get("result"),
+             "reason": one_line(said.get("reason") or "", 100)}
+            for gate, said in sorted(judged.items())
+            if isinstance(said, dict) and said.get("result") in UNSEEING]
+
+
+def unseen_lines(rows) -> list:
+    """The Markdown's lines, before the table, that name every rig with a gate that did not
+    see: a passed canary whose kernel log or race check was blind must not read as proven."""
+    rigs = [r for r in rows if r.get("gates_unseen")]
+    if not rigs:
+        return []
+    return ([f"**Gates that did not see on {len(rigs)} rig{'s' if len(rigs) != 1 else ''}:**  "]
+            + [f"- {r['host']}: " + "; ".join(f"{g['gate']} {g['result']} ({g['reason']})"
+                                               for g in r["gates_unseen"]) for r in rigs]
+            + [""])
 
 
 def row_for(host: str, report=None, state=None, missing_state=False, now=None,
@@ -506,6 +538,7 @@ def row_for(host: str, report=None, state=None, missing_state=False, now=None,
         "mtp_acceptance_rate": _number(mtp.get("acceptance_rate")),
         "mtp_acceptance_length": _number(mtp.get("mean_acceptance_length")),
         "downtime_s": _number(report.get("downtime_s")),
+        "gates_unseen": gates_unseen(report),
         "healthy": _healthy(report) if report else None,
         "checked_at": _text(report.get("checked_at")),
         "report_from": report.get("_from"),
@@ -662,6 +695,7 @@ def render_markdown(fleet: dict) -> str:
     not in this inventory, apart."""
     out = [f"# Fleet report {fleet['generated_at']}", ""]
     out += rollout_lines(fleet.get("rollout"), fleet.get("outcome"))
+    out += unseen_lines(fleet["rows"])
     out += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in fleet["rows"]:
         cells = [_cell(c) for c in table_row(row)]

@@ -940,3 +940,29 @@ def test_the_envelope_schema_describes_what_the_tests_upload(rig_keys):
     jsonschema.validate(json.loads(rig_keys.upload("rig-a", report("rig-a"), key=False)), schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"format": fleet.SIGNED_FORMAT, "version": 1}, schema)
+
+
+def test_gates_that_did_not_see_are_named_before_the_table(tmp_path):
+    """Before: a canary whose race check could not run (warn under `auto`) or a rig whose kernel
+    log was unreadable showed nothing of it in the fleet report."""
+    judged = {"speed": {"result": "pass", "reason": ""},
+              "race_check": {"result": "warn", "reason": "race check could not run: no GPU"},
+              "kernel_xid": {"result": "cannot-judge",
+                             "reason": "kernel log not readable here (dmesg: refused)"}}
+    reports = write_reports(tmp_path / "reports", report("a", judged=judged), report("b"))
+    out = tmp_path / "out"
+    assert fleet.main(["--reports", str(reports), "--hosts", "a,b", "--out", str(out)]) == 0
+    md = next(out.glob("fleet-*.md")).read_text().splitlines()
+    table = md.index(next(line for line in md if line.startswith("| Host")))
+    head = "\n".join(md[:table])
+    assert "Gates that did not see on 1 rig" in head
+    assert "- a: kernel-xid cannot-judge (kernel log not readable here" in head
+    assert "race-check warn (race check could not run: no GPU)" in head
+    body = json.loads(next(out.glob("fleet-*.json")).read_text())
+    unseen = {r["host"]: [g["gate"] for g in r["gates_unseen"]] for r in body["rows"]}
+    assert unseen == {"a": ["kernel-xid", "race-check"], "b": []}
+
+
+def test_a_report_whose_gates_all_saw_adds_no_line():
+    judged = {"speed": {"result": "pass", "reason": ""}, "mtp": {"result": "off", "reason": ""}}
+    assert fleet.unseen_lines([fleet.row_for("a", report("a", judged=judged))]) == []

@@ -210,7 +210,7 @@ def test_mtp_acceptance_below_the_floor_or_falling_fails_the_canary():
         "MTP acceptance fell 32 %")
     assert health.mtp_regressions({"unavailable": "no counters"}, SPEC, 0.2, 30) == []
     judged = health.canary_gates(gate_inputs(
-        race_rc=0, speed_now={"c1": {"tokens_per_s": 50.0}, "spec_decode": collapsed},
+        race_rc=0, speed_now=dict(BEFORE, spec_decode=collapsed),
         previous_report=previous_report("rel-a", speed=dict(BEFORE, spec_decode=SPEC)),
         mtp_floor=0.2,
         mtp_drop_pct=30))

@@ -450,3 +450,111 @@ def test_the_report_says_what_keeps_kernel_and_driver_to_maintenance_runs():
     assert bare["upgrades"] == {"unattended_upgrades_kept_away": False, "held_by_role": []}
     torn = report_of(evidence(driver_holds={"content": base64.b64encode(b"{").decode()}))
     assert torn["upgrades"]["held_by_role"] == []
+
+
+# Cannot see means cannot judge (issue 42, item 3).
+DMESG_REFUSED = {"lines": [], "readable": False, "source": "dmesg",
+                 "error": "dmesg: read kernel buffer failed: Operation not permitted",
+                 "window": {"since_epoch": 1000.75, "since_monotonic": 80.5, "boot_id": "b"}}
+
+
+def test_a_canary_that_cannot_read_the_kernel_log_fails_as_cannot_judge():
+    """Before: an LXC guest's refused dmesg gave a healthy canary, nothing judged or failed."""
+    verdict = verdict_of(canary(SPEED, kernel=DMESG_REFUSED))
+    report = verdict["report"]
+    assert not report["healthy"] and verdict["outcome"]["state"] == "failed"
+    [blind] = [f for f in report["failures"] if f["check"] == "kernel-xid"]
+    assert blind["result"] == "cannot-judge"
+    assert "Operation not permitted" in blind["line"] and "Xid lines not checked" in blind["line"]
+    assert "dmesg_restrict" in blind["advice"]
+    assert report["judged"]["kernel_xid"]["result"] == "cannot-judge"
+
+
+def test_a_rig_without_gates_shows_an_unreadable_kernel_log_and_stays_healthy():
+    report = report_of(evidence(kernel=DMESG_REFUSED))
+    assert report["healthy"] and report["judged"]["kernel_xid"]["result"] == "cannot-judge"
+    assert "Operation not permitted" in report["judged"]["kernel_xid"]["reason"]
+
+
+@pytest.mark.parametrize("kernel, result", [
+    ({"lines": [], "readable": True, "source": "journal"}, "pass"),
+    ({"lines": ["1.0 rig kernel: NVRM: Xid (PCI:0000:01:00): 31, pid=1"], "readable": True,
+      "source": "journal"}, "fail"),
+    (DMESG_REFUSED, "cannot-judge"),
+    ({"lines": [], "readable": "False", "source": "journal", "error": ""}, "cannot-judge"),
+])
+def test_the_kernel_log_gate(kernel, result):
+    window = {"since_epoch": 1.0, "since_monotonic": 1.0, "boot_id": "b"}
+    report = report_of(canary(SPEED, kernel={**kernel, "window": window}))
+    assert report["judged"]["kernel_xid"]["result"] == result
+    assert {f["result"] for f in report["failures"] if f["check"] == "kernel-xid"} == (
+        set() if result == "pass" else {_failed_as(result)})
+
+
+def _failed_as(result):
+    return "cannot-judge" if result == "cannot-judge" else "fail"
+
+
+@pytest.mark.parametrize("extra", [
+    ["--speculative-config", '{"method":"mtp","num_speculative_tokens":4}'],
+    ['--speculative-config={"method":"mtp","num_speculative_tokens":4}'],
+    ["--speculative_config", '{"method":"mtp","num_speculative_tokens":4}'],
+    ['--speculative_config={"method":"mtp"}'],
+    ["-sc", '{"method":"mtp","num_speculative_tokens":4}'],
+    ["--speculative-config.method", "mtp", "--speculative-config.num_speculative_tokens", "4"],
+])
+def test_mtp_given_in_the_owner_s_extra_args_is_judged(extra):
+    """Before: only the exact token `--speculative-config` counted, so MTP switched on through
+    vllm_dual_fast_extra_args left the MTP gate off and passed blind."""
+    args = ["m", "--max-num-seqs", "4", *extra]
+    assert health.runs_speculative(args)
+    blind = {**SPEED, "spec_decode": {"unavailable": "no vllm:spec_decode_* counters"}}
+    ev = canary(blind)
+    report = report_of({**ev, "serving": {**ev["serving"], "serve_args": args}})
+    assert report["judged"]["mtp"]["result"] == "cannot-judge" and not report["healthy"]
+    off = report_of({**ev, "serving": {**ev["serving"], "serve_args": args[:3]}})
+    assert off["judged"]["mtp"]["result"] == "off" and off["healthy"]
+
+
+@pytest.mark.parametrize("args, on, seqs", [
+    (["m", "--max-num-seqs", "2"], False, 2),
+    (["m", "--max-num-seqs", "2", "--max_num_seqs=8"], False, 8),      # the last one wins
+    (["m", "--speculative-config", '{"method":"mtp"}', "--speculative-config", "null"], False, 3),
+    (["m", "--max-num-seqs=6", "-sc={\"method\":\"ngram\"}"], True, 6),
+])
+def test_serve_flags_are_read_as_vllm_reads_them(args, on, seqs):
+    assert health.runs_speculative(args) is on
+    assert health.serve_max_num_seqs(args, 3) == seqs
+
+
+@pytest.mark.parametrize("gone, what", [
+    ("cN", "decode tokens/s at c=N"), ("ttft_s", "time to first token at c=1")])
+def test_a_missing_c_n_or_first_token_figure_cannot_be_judged(gone, what):
+    """Before: speed_regressions skipped a figure missing now; only c=1's decode rate was
+    judged missing, so a speed run that lost its c=4 round passed the canary."""
+    full = {"c1": {"tokens_per_s": 50.0, "ttft_s": 0.2}, "cN": {"tokens_per_s": 120.0},
+            "concurrency": 4, "spec_decode": {"acceptance_rate": 0.6}}
+    health_ = {**BASELINE, "baseline_report": {**BASELINE["baseline_report"],
+                                               "smoke": {"speed": full}}}
+    now = json.loads(json.dumps(full))
+    if gone == "cN":
+        del now["cN"]
+    else:
+        del now["c1"]["ttft_s"]
+    verdict = verdict_of(canary(now, health=health_))
+    judged = verdict["report"]["judged"]["speed"]
+    assert judged["result"] == "cannot-judge" and what in judged["reason"]
+    assert {f["result"] for f in verdict["failures"] if f["check"] == "speed"} == {"cannot-judge"}
+    assert verdict_of(canary(full, health=health_))["report"]["judged"]["speed"]["result"] == \
+        "pass"
+
+
+def test_a_figure_the_release_before_lacks_is_noted_not_judged():
+    before = {"c1": {"tokens_per_s": 50.0}, "concurrency": 4}
+    health_ = {**BASELINE, "baseline_report": {**BASELINE["baseline_report"],
+                                               "smoke": {"speed": before}}}
+    report = report_of(canary(SPEED | {"cN": {"tokens_per_s": 90.0}}, health=health_))
+    notes = report["gates"]["speed_not_comparable"]
+    assert report["judged"]["speed"]["result"] == "pass"
+    assert any("has no decode tokens/s at c=N" in n for n in notes)
+    assert any("has no time to first token at c=1" in n for n in notes)

@@ -201,3 +201,47 @@ def test_this_machine_s_real_dmesg_lines_carry_the_stamps_the_filter_reads():
     undated = [line for line, at in zip(lines, stamps) if at is None]
     assert stamps[0] is not None and all(line.startswith(" ") for line in undated), undated
     assert max(at for at in stamps if at is not None) <= time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+REFUSED_DMESG = """#!/bin/sh
+# The real dmesg, run as nobody: under kernel.dmesg_restrict=1 (as in an LXC or Proxmox guest, or
+# on a host that restricts it) it refuses to read the kernel buffer.
+exec setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/dmesg "$@"
+"""
+
+
+@pytest.mark.skipif(Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1"
+                    or shutil.which("setpriv") is None or os.geteuid() != 0,
+                    reason="needs kernel.dmesg_restrict=1, setpriv and root to drop to nobody")
+def test_a_kernel_log_the_real_dmesg_refuses_fails_a_canary_as_cannot_judge(tmp_path):
+    """The real util-linux dmesg refused by the kernel, and a journal with no kernel lines:
+    before, the verdict said "healthy" with nothing judged (an LXC guest's canary passed with
+    its headline risk, the Xid 31 of vllm#40756, unchecked)."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "facts.json"
+    bin_dir.mkdir()
+    for name, text in (("dmesg", REFUSED_DMESG), ("journalctl", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    play = [{
+        "name": "Kernel log refused", "hosts": "localhost", "gather_facts": False,
+        "tasks": [
+            {"name": "Open the window",
+             "ansible.builtin.include_tasks": str(ROLE / "tasks/kernel_window.yml")},
+            *kernel_log_tasks(),
+            {"name": "Keep the facts", "ansible.builtin.copy": {
+                "content": "{{ {'lines': _vllm_dual_fast_kernel_lines,"
+                           " 'source': _vllm_dual_fast_kernel_log_source,"
+                           " 'readable': _vllm_dual_fast_kernel_log_readable,"
+                           " 'error': _vllm_dual_fast_kernel_log_error,"
+                           " 'window': _vllm_dual_fast_kernel_window} | to_json }}",
+                "dest": str(out), "mode": "0644"}},
+        ],
+    }]
+    result, text = run_playbook(tmp_path, play,
+                                env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert result.returncode == 0, text
+    kernel = json.loads(out.read_text())
+    assert kernel["source"] == "dmesg" and kernel["readable"] is False, kernel
+    assert "Operation not permitted" in kernel["error"], kernel
+    result, lines = health.kernel_log_gate(kernel)
+    assert result == "cannot-judge" and "Xid lines not checked" in lines[0], lines

@@ -40,6 +40,10 @@ CANNOT_JUDGE_ADVICE = {
            "keep the last image whose counters the gate reads until smoke.py reads the new ones",
     "long-prompt": "the prompts' size is unknown (no /tokenize, no usage): check the engine's "
                    "API before trusting this release with long prompts",
+    "kernel-xid": "the kernel log cannot be read here (an LXC or Proxmox guest, "
+                  "kernel.dmesg_restrict=1, journald keeping no kernel lines): let the role "
+                  "read it (run as root on the host, `sysctl kernel.dmesg_restrict=0`, or "
+                  "journald's ReadKMsg=yes) before a canary can pass",
 }
 CHECKS = tuple(ADVICE)
 GATE_RESULTS = ("pass", "fail", "cannot-judge", "not-comparable", "warn", "off")
@@ -138,6 +142,64 @@ def kernel_window_lines(lines, source, window, boot_id=""):
 def xid_lines(lines):
     """The NVIDIA driver's Xid lines (`NVRM: Xid (PCI:...): 31, ...`)."""
     return [line for line in lines or [] if "NVRM: Xid" in line]
+
+
+def kernel_log_gate(kernel):
+    """The kernel-log check: (result, lines). kernel: {lines, readable, source, error} as
+    kernel_log.yml read it. "fail" with the Xid lines; "cannot-judge" when the log could not be
+    read (dmesg refused, as on an LXC or Proxmox guest or under kernel.dmesg_restrict, and
+    journald keeping no kernel lines): no Xid line seen is then not "no Xid"; else "pass"."""
+    kernel = kernel or {}
+    xid = xid_lines(kernel.get("lines"))
+    if xid:
+        return "fail", ["new kernel Xid lines: " + " | ".join(xid)]
+    if str(kernel.get("readable")).lower() != "true":
+        said = one_line(kernel.get("error") or "", 160) or "nothing said why"
+        return "cannot-judge", [f"kernel log not readable here ({kernel.get('source') or '?'}: "
+                                f"{said}): Xid lines not checked"]
+    return "pass", []
+
+
+# How vLLM's parser (FlexibleArgumentParser) reads a flag: `--a_b` is `--a-b`, `--flag=value`
+# is `--flag value`, and `--json-flag.key value` sets one key of a JSON flag.
+def serve_flag_values(args, flag, aliases=()):
+    """Every value given for `flag` (or an alias: `-sc`) in a `vllm serve` argv, in order, as
+    (key, value): key is '' for the whole value, else the dotted key (`--speculative-config.method
+    mtp` gives ("method", "mtp"))."""
+    names, args, found, index = {flag, *aliases}, [str(a) for a in args or []], [], 0
+    while index < len(args):
+        token = args[index]
+        name, has_value, value = token.partition("=")
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        base, _, key = name.partition(".")
+        if token.startswith("-") and base in names:
+            if not has_value:
+                value = args[index + 1] if index + 1 < len(args) else ""
+                index += 1
+            found.append((key, value))
+        index += 1
+    return found
+
+
+def runs_speculative(args):
+    """Whether a `vllm serve` argv turns speculative decoding (MTP) on, wherever it is given:
+    the role's own --speculative-config, or the owner's extra args in any spelling vLLM takes
+    (`--speculative_config=...`, `-sc`, dotted keys). The last whole value given wins."""
+    on = False
+    for key, value in serve_flag_values(args, "--speculative-config", ("-sc",)):
+        on = True if key else value.strip() not in ("", "null", "None")
+    return on
+
+
+def serve_max_num_seqs(args, default):
+    """--max-num-seqs as vLLM reads the argv (the last given wins: an owner's extra args after
+    the role's own); `default` when not given or not a number."""
+    given = serve_flag_values(args, "--max-num-seqs")
+    try:
+        return int(given[-1][1]) if given else int(default)
+    except ValueError:
+        return int(default)
 
 
 def patch_at_start(line):
@@ -270,7 +332,7 @@ def speed_gate(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_tps=1.0,
                         f"{str(reference.get('set_at') or '?')[:10]})",
                         {**(reference.get("speed") or {}),
                          "conditions": reference.get("conditions")}, float(reference_drop_pct)))
-    lines, notes, compared = [], [], False
+    lines, notes, blind, compared = [], [], [], False
     for index, (label, then, limit) in enumerate(targets):
         if _figure(then, "c1", "tokens_per_s") is None:
             continue
@@ -285,9 +347,36 @@ def speed_gate(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_tps=1.0,
                                     "before"], notes
         found = speed_regressions(now, then, limit, ttft_floor_s, rate_floor_tps)
         lines += found if index == 0 else [f"against {label}: {f}" for f in found]
+        gone, unbased = figures_unjudged(now, then)
+        blind += [f for f in gone if f not in blind]
+        notes += [f"not compared with {label}: it has no {f}" for f in unbased]
     if lines:
         return "fail", lines, notes
+    if blind:
+        return "cannot-judge", [f"speed unmeasured: the speed run gave no {f}, so it cannot be "
+                                "compared with the release before" for f in blind], notes
     return ("not-comparable" if notes and not compared else "pass"), [], notes
+
+
+# Every figure speed_regressions compares: (level, key, what it is in a line).
+COMPARED_FIGURES = (("c1", "tokens_per_s", "decode tokens/s at c=1"),
+                    ("cN", "tokens_per_s", "decode tokens/s at c=N"),
+                    ("c1", "ttft_s", "time to first token at c=1"))
+
+
+def figures_unjudged(now, then):
+    """The compared figures (COMPARED_FIGURES) that a comparison of `now` with `then` cannot
+    judge: (missing now while `then` has them: the gate is blind to them, and must say so rather
+    than pass; missing in `then`: nothing to compare with, said as a note)."""
+    gone, unbased = [], []
+    for level, key, what in COMPARED_FIGURES:
+        has_now, has_then = (_figure(now, level, key) is not None,
+                             _figure(then, level, key) is not None)
+        if has_then and not has_now:
+            gone.append(what)
+        elif has_now and not has_then:
+            unbased.append(what)
+    return gone, unbased
 
 
 def mtp_gate(now, before, floor, max_drop_pct, expected=False):
@@ -632,7 +721,7 @@ def health_report(evidence):
     patch_check (in the container), patch_check_image (a one-off container, the patch off),
     long_prompt_full (one prompt of max_model_len, after the burst), vllm_version,
     speed_conditions (nvidia-smi's SPEED_CONDITION_FIELDS after the speed run);
-    kernel: {lines, readable, source, window}. health may hold speed_reference (the rig's
+    kernel: {lines, readable, source, window, error}. health may hold speed_reference (the rig's
     speed-reference.json) for the canary's second speed gate."""
     serving, health = evidence["serving"], evidence.get("health") or {}
     settings, kernel = evidence.get("settings") or {}, evidence.get("kernel") or {}
@@ -647,7 +736,7 @@ def health_report(evidence):
     long_run_result = _register(evidence, "long_prompt")
     long_run = json_object(long_run_result.get("stdout")) if _ran(long_run_result) else None
     gates_on = str(serving.get("gates")).lower() == "true"
-    mtp_expected = "--speculative-config" in (serving.get("serve_args") or [])
+    mtp_expected = runs_speculative(serving.get("serve_args"))
     soak = _register(evidence, "soak")
     race = _register(evidence, "race_check")
     conditions = speed_conditions(_register(evidence, "speed_conditions").get("stdout"))
@@ -693,6 +782,11 @@ def health_report(evidence):
         "max_num_seqs": serving.get("max_num_seqs"),
     }) + [failure("long-prompt", line, _failed(long_result)) for line in long_lines] \
         + canary["failed"]
+    # A canary must see its headline risk: a kernel log it cannot read fails it. Elsewhere the
+    # blind check is shown in "judged" (and on the verdict) without failing the rig.
+    kernel_result, kernel_lines = kernel_log_gate(kernel)
+    if kernel_result == "cannot-judge" and gates_on:
+        failures += [failure("kernel-xid", line, "cannot-judge") for line in kernel_lines]
     version = _register(evidence, "vllm_version")
     window = kernel.get("window") or {}
     return {
@@ -710,7 +804,8 @@ def health_report(evidence):
         "checked_at": evidence.get("checked_at"),
         "healthy": not failures,
         "failures": failures,
-        "judged": {**canary["judged"], "long_prompt": _judged(long_result, long_lines)},
+        "judged": {**canary["judged"], "long_prompt": _judged(long_result, long_lines),
+                   "kernel_xid": _judged(kernel_result, kernel_lines)},
         "smoke": smoke,
         "speed_conditions": conditions,
         "health_wait_s": (smoke.get("health") or {}).get("waited_s"),
@@ -808,4 +903,6 @@ class FilterModule:
             "vllm_dual_fast_outcome": run_outcome,
             "vllm_dual_fast_speed_reference": speed_reference,
             "vllm_dual_fast_upgrades_state": upgrades_state,
+            "vllm_dual_fast_runs_speculative": runs_speculative,
+            "vllm_dual_fast_serve_max_num_seqs": serve_max_num_seqs,
         }

@@ -558,3 +558,19 @@ def test_a_figure_the_release_before_lacks_is_noted_not_judged():
     assert report["judged"]["speed"]["result"] == "pass"
     assert any("has no decode tokens/s at c=N" in n for n in notes)
     assert any("has no time to first token at c=1" in n for n in notes)
+
+
+def test_the_report_names_the_image_the_serving_container_runs():
+    """Before: image_id was copied from the manifest, so a rollback that started the build a
+    re-pulled tag moved to reported the old build's id."""
+    judged, moved = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    serving = {**evidence()["serving"], "image_id": judged}
+    same = report_of(evidence(serving=serving, restarts_after={
+        "stdout": f"0 2026-12-02T09:59:00Z {judged}"}))
+    assert same["healthy"] and (same["image_id"], same["release_image_id"]) == (judged, judged)
+    assert same["container_started_at"] == "2026-12-02T09:59:00Z"
+    other = report_of(evidence(serving=serving, restarts_after={
+        "stdout": f"0 2026-12-02T09:59:00Z {moved}"}))
+    assert other["image_id"] == moved and not other["healthy"]
+    [line] = lines(other, "switch")
+    assert "not the release's" in line and moved[:19] in line

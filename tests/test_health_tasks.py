@@ -169,7 +169,8 @@ def test_the_speed_is_measured_before_the_soak(tmp_path, running):
     out = tmp_path / "race.json"
     play = [{"name": "Health up to the restart count", "hosts": "localhost",
              "gather_facts": False,
-             "tasks": health_tasks_until("Read the container's restart count after the smoke")
+             "tasks": health_tasks_until(
+                 "Read the container's restart count, start and image after the smoke")
              + [{"name": "Keep the race check", "ansible.builtin.copy": {
                  "content": "{{ _vllm_dual_fast_race_check | to_json }}", "dest": str(out),
                  "mode": "0644"}}]}]

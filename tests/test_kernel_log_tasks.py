@@ -35,7 +35,7 @@ def kernel_log_tasks():
     """health.yml's tasks from after the restart count up to the patcher's, with an include of
     one of the role's task files pointed at the role (the play is outside it)."""
     names = [t["name"] for t in HEALTH]
-    first = names.index("Read the container's restart count after the smoke") + 1
+    first = names.index("Read the container's restart count, start and image after the smoke") + 1
     last = names.index("Read what the patcher did at this container's start (its one line in "
                        "the start's log)")
     tasks = [dict(t) for t in HEALTH[first:last]]

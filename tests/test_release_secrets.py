@@ -36,6 +36,7 @@ def role_vars(api_key=KEY, hf_token=TOKEN, **overrides):
         "ansible_managed": "Ansible managed",
         "inventory_hostname": "rig1",
         "vllm_dual_fast_image": "vllm/vllm-openai:v0.27.1",
+        "_vllm_dual_fast_image_ref": "vllm/vllm-openai@sha256:" + "0" * 64,     # after a pull
         "vllm_dual_fast_bind_address": "127.0.0.1",
         "vllm_dual_fast_port": 8000,
         "_vllm_dual_fast_engine_address": "127.0.0.1",    # vars/main.yml's, for a loopback bind

@@ -730,7 +730,9 @@ def health_report(evidence):
     patch_enabled = str(serving.get("patch_enabled")).lower() == "true"
     patch_run = _register(evidence, "patch_check" if patch_enabled else "patch_check_image")
     patch = json_object(patch_run.get("stdout"))
-    after = str(_register(evidence, "restarts_after").get("stdout") or "").split(" ")
+    # `{{.RestartCount}} {{.State.StartedAt}} {{.Image}}` of the serving container.
+    after = (str(_register(evidence, "restarts_after").get("stdout") or "").split(" ")
+             + ["", ""])[:3]
     at_start_line = _register(evidence, "patch_at_start").get("stdout") or ""
     at_start = patch_at_start(at_start_line)
     long_run_result = _register(evidence, "long_prompt")
@@ -782,6 +784,11 @@ def health_report(evidence):
         "max_num_seqs": serving.get("max_num_seqs"),
     }) + [failure("long-prompt", line, _failed(long_result)) for line in long_lines] \
         + canary["failed"]
+    running_image, release_image = after[2].strip(), str(serving.get("image_id") or "")
+    if running_image and release_image and running_image != release_image:
+        failures.append(failure("switch", f"the container runs image {running_image[:19]}, not "
+                                f"the release's {release_image[:19]}: what serves is not what "
+                                "this release names"))
     # A canary must see its headline risk: a kernel log it cannot read fails it. Elsewhere the
     # blind check is shown in "judged" (and on the verdict) without failing the rig.
     kernel_result, kernel_lines = kernel_log_gate(kernel)
@@ -794,8 +801,10 @@ def health_report(evidence):
         "host": evidence.get("host"),
         "release": posixpath.basename(serving.get("dir") or ""),
         "image": serving.get("image"),
-        # What runs, as the release's manifest names it ('' for a release from before).
-        "image_id": serving.get("image_id") or "",
+        # What runs: the serving container's own image, read from it (the manifest's id when it
+        # could not be read); a container on another image than the release's fails "switch".
+        "image_id": after[2].strip() or serving.get("image_id") or "",
+        "release_image_id": serving.get("image_id") or "",
         "image_digest": serving.get("image_digest") or "",
         "model_commit": serving.get("model_commit") or "",
         "vllm_version": str(version.get("stdout") or "").strip() if version.get("rc") == 0 else "",
@@ -818,7 +827,7 @@ def health_report(evidence):
         "kernel_log_since": int(float(window.get("since_epoch") or 0)),
         "kernel_log_source": kernel.get("source"),
         "restart_count": after[0],
-        "container_started_at": after[-1],
+        "container_started_at": after[1],
         "patch_status": at_start.get("status") or patch.get("status") or "unknown",
         "patch_at_start": at_start_line,
         "patch_enabled": patch_enabled,

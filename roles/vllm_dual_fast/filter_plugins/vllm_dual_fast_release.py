@@ -113,6 +113,26 @@ def release_identity(read, image, revision):
     return {"image_id": image_id, "image_digest": digest, "model_commit": commit}
 
 
+def image_reference(identity, image):
+    """How a release's compose file names its image: by what it is, never by a tag that can move.
+    `repo@sha256:...` where Docker knows a repo digest (after a pull), else the image's id
+    (`sha256:...`: a loaded or built image), else the tag as given (nothing is known of it yet:
+    a check run before the first pull). A rollback then starts the very image that was judged,
+    whatever an owner's `docker pull` or `docker load` did to the tag since."""
+    identity = identity or {}
+    if identity.get("image_digest"):
+        return f"{_image_repo(image)}@{identity['image_digest']}"
+    return identity.get("image_id") or str(image)
+
+
+def image_keep_tag(release):
+    """The tag that keeps a release's image on the rig while the release folder is kept:
+    `docker image prune` removes an image whose tag moved away (dangling), and the last good
+    release must still be startable after an owner re-pulled its tag. prune.yml drops the tag
+    with the folder."""
+    return f"vllm-dual-fast-release:{posixpath.basename(str(release or '').rstrip('/'))}"
+
+
 def release_name(files, identity):
     """A release folder's name: the first 16 hex digits of the sha256 of what it holds (its
     files) and what it runs (release_identity). The same files over a re-pulled tag or a moved
@@ -163,4 +183,6 @@ class FilterModule:
             "vllm_dual_fast_release_verdict": release_verdict,
             "vllm_dual_fast_release_identity": release_identity,
             "vllm_dual_fast_release_name": release_name,
+            "vllm_dual_fast_image_reference": image_reference,
+            "vllm_dual_fast_image_keep_tag": image_keep_tag,
         }

@@ -18,6 +18,7 @@ the rig's own requests to both loopback ports (nginx's way to the engine) still 
 """
 
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -115,10 +116,25 @@ def rendered_guard():
         loader=jinja2.FileSystemLoader(str(ROLE / "templates")), trim_blocks=True,
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters.update(FilterModule().filters())
+    return env.get_template(GUARD_TEMPLATE).render(**template_vars())
+
+
+def template_vars():
+    """What the guard's templates read: vars/main.yml's names and the role's defaults."""
     role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text(encoding="utf-8"))
-    return env.get_template(GUARD_TEMPLATE).render(
-        ansible_managed="rendered by tests/test_engine_guard.py",
-        _vllm_dual_fast_engine_bridge=role_vars["_vllm_dual_fast_engine_bridge"])
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    return {"ansible_managed": "rendered by tests/test_engine_guard.py",
+            "vllm_dual_fast_engine_guard_watch_s": defaults["vllm_dual_fast_engine_guard_watch_s"],
+            **{k: role_vars[k] for k in ("_vllm_dual_fast_engine_bridge",
+                                          "_vllm_dual_fast_textfile_dir",
+                                          "_vllm_dual_fast_state_dir")}}
+
+
+def rendered_unit(name):
+    env = jinja2.Environment(  # noqa: S701 (a unit file: no HTML escaping)
+        loader=jinja2.FileSystemLoader(str(ROLE / "templates")), trim_blocks=True,
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.get_template(f"etc/systemd/system/{name}.j2").render(**template_vars())
 
 
 def remove_everything():
@@ -251,15 +267,113 @@ def test_the_guard_closes_docker_20_10s_forwarding_hole(rig):
     assert all(answered(s) for s in decoy_statuses(restarted).values()), restarted
     assert set(restarted) == set(before)
 
-    # A Docker that never jumps to DOCKER-USER ("iptables": false, Docker 29's nftables backend)
-    # would leave the rule guarding nothing: run by the role, the guard says so and fails; at
-    # boot (--boot, before Docker made the jump) it only adds its rules.
+    # A FORWARD chain without the jump to DOCKER-USER (what an `iptables -F` leaves) would leave
+    # the rule guarding nothing: before, the guard failed the deploy blaming "iptables": false;
+    # now it puts the jump back itself, once (a second run changes nothing). At boot (--boot,
+    # before Docker makes the jump) it only adds its rules.
     unhooked = in_rig(f"""
 iptables -w -D FORWARD -j DOCKER-USER
+{GUARD} --boot 2>&1; echo "rc=$?"; echo ---
 {GUARD} 2>&1; echo "rc=$?"; echo ---
-{GUARD} --boot 2>&1; echo "rc=$?"
-iptables -w -I FORWARD -j DOCKER-USER
+{GUARD} 2>&1; echo "rc=$?"; echo ---
+iptables -w -S FORWARD | grep -c -- '-j DOCKER-USER'
 """).stdout
-    role_run, boot_run = (run.strip() for run in unhooked.split("---"))
-    assert role_run.endswith("rc=1") and "cannot be guarded here" in role_run, role_run
+    boot_run, role_run, again, jumps = (run.strip() for run in unhooked.split("---"))
     assert boot_run == "rc=0", boot_run
+    assert role_run.startswith("added iptables FORWARD jump") and role_run.endswith("rc=0"), \
+        role_run
+    assert again == "rc=0" and jumps == "1", (again, jumps)
+    assert not any(answered(s) for s in engine_statuses(neighbour_probe()).values())
+
+
+# ufw-docker's /etc/ufw/after.rules (chaifeng/ufw-docker, its README's "Solving UFW and Docker
+# issues"): it declares DOCKER-USER, so each `ufw reload` (`iptables-restore -n` of the file)
+# flushes the chain, then fills it with RETURNs for the private ranges, which hand the LAN's
+# traffic back to Docker's own rules. Its jump to ufw-user-forward and its logging chain are
+# left out: they change nothing for the engine's bridge.
+UFW_DOCKER_AFTER_RULES = """*filter
+:DOCKER-USER - [0:0]
+-A DOCKER-USER -j RETURN -s 10.0.0.0/8
+-A DOCKER-USER -j RETURN -s 172.16.0.0/12
+-A DOCKER-USER -j RETURN -s 192.168.0.0/16
+-A DOCKER-USER -p udp -m udp --sport 53 --dport 1024:65535 -j RETURN
+-A DOCKER-USER -j RETURN
+COMMIT
+"""
+# How long the watch may take to put the rule back: its timer's interval and a margin.
+WATCH_DEADLINE_S = 60
+# Polls --check until the rule is back; prints the seconds since $1 (the flush's date +%s.%N).
+WAIT_FOR_GUARD = f"""
+for _ in $(seq {WATCH_DEADLINE_S * 5}); do
+  {GUARD} --check >/dev/null 2>&1 && exec python3 -c \
+    'import sys, time; print(round(time.time() - float(sys.argv[1]), 1))' "$1"
+  sleep 0.2
+done
+echo "the guard was not back within {WATCH_DEADLINE_S} s: $({GUARD} --check 2>&1)"; exit 1
+"""
+
+
+def flushed(flush):
+    """Runs `flush` in the rig; (its time, the guard's --check right after it)."""
+    out = in_rig(f"date +%s.%N; {flush} >/dev/null 2>&1; {GUARD} --check 2>&1; echo rc=$?").stdout
+    at, _, check = out.partition("\n")
+    return at.strip(), check.strip()
+
+
+def test_the_watch_puts_the_guard_back_after_each_kind_of_flush(rig):
+    """With no role run: the watch's real timer and the drop-in in Docker's real unit. Before,
+    only a role run or a boot put the rule back, so each flush below left the engine open to
+    the LAN until then (a pull rig whose ref does not move never runs one)."""
+    install_guard()
+    in_rig("apt-get install -y -q --no-install-recommends nftables >>/root/apt.log 2>&1 || "
+           "{ tail -n 20 /root/apt.log; exit 1; }", timeout=300)
+    units = {name: shlex.quote(rendered_unit(name)) for name in (
+        "vllm-dual-fast-engine-guard-watch.service", "vllm-dual-fast-engine-guard-watch.timer",
+        "docker.service.d/vllm-dual-fast-engine-guard.conf")}
+    in_rig("mkdir -p /etc/systemd/system/docker.service.d /var/lib/vllm-dual-fast "
+           "/var/lib/prometheus/node-exporter && "
+           + " && ".join(f"printf %s {text} >/etc/systemd/system/{name}"
+                         for name, text in units.items())
+           + " && systemctl daemon-reload"
+           + " && systemctl start vllm-dual-fast-engine-guard-watch.timer")
+    reachable = {}
+
+    # A `ufw reload` with ufw-docker: DOCKER-USER flushed and refilled with RETURNs.
+    at, check = flushed("printf %s " + shlex.quote(UFW_DOCKER_AFTER_RULES)
+                        + " | iptables-restore -n")
+    assert check.startswith("missing iptables") and check.endswith("rc=3"), check
+    opened = neighbour_probe()
+    assert any(answered(s) for s in engine_statuses(opened).values()), opened  # the hole
+    reachable["ufw reload (ufw-docker)"] = float(in_rig(WAIT_FOR_GUARD, at).stdout)
+    closed = neighbour_probe()
+    assert not any(answered(s) for s in engine_statuses(closed).values()), closed
+
+    # A RETURN put above the rule: the rule is there, shadowed, and counts as missing.
+    at, check = flushed("iptables -w -I DOCKER-USER 1 -s 172.16.0.0/12 -j RETURN")
+    assert check.startswith("shadowed iptables") and check.endswith("rc=3"), check
+    reachable["a RETURN above the rule"] = float(in_rig(WAIT_FOR_GUARD, at).stdout)
+    first = in_rig("iptables -w -S DOCKER-USER | sed -n 2p").stdout
+    assert "vllm-dual-fast-engine-guard" in first, first
+
+    # nftables.service's reload of a file that starts with `flush ruleset`: every table gone,
+    # Docker's included, and nothing left to drop what is forwarded.
+    at, check = flushed("nft flush ruleset")
+    assert "missing iptables" in check and check.endswith("rc=3"), check
+    reachable["nft flush ruleset"] = float(in_rig(WAIT_FOR_GUARD, at).stdout)
+    closed = neighbour_probe()
+    assert not any(answered(s) for s in engine_statuses(closed).values()), closed
+
+    # `iptables -F`, then Docker restarted: its drop-in runs the guard before Docker starts.
+    out = in_rig(f"iptables -w -F && systemctl restart docker && {GUARD} --check; echo rc=$?",
+                 timeout=120).stdout.strip()
+    assert out == "rc=0", out
+    closed = neighbour_probe()
+    assert not any(answered(s) for s in engine_statuses(closed).values()), closed
+
+    metrics = in_rig("cat /var/lib/prometheus/node-exporter/vllm-dual-fast-engine-guard.prom"
+                     ).stdout
+    assert "\nvdf_engine_guard_in_place 1\n" in metrics, metrics
+    repairs = int(re.search(r"^vdf_engine_guard_repairs_total (\d+)$", metrics, re.M)[1])
+    assert repairs >= 3, metrics
+    print(f"seconds the engine's network stayed open after each flush: {reachable}")
+    assert all(0 < s <= WATCH_DEADLINE_S for s in reachable.values()), reachable

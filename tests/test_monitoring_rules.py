@@ -36,7 +36,11 @@ VLLM_METRICS = {
 VLLM_HISTOGRAMS = {"vllm:time_to_first_token_seconds"}
 # What the monitoring host makes of pull rigs' uploads (files/pull_metrics.py).
 PULL_METRICS = {"vdf_pull_report_timestamp_seconds", "vdf_pull_state"}
-KNOWN = (set(rig_metrics.METRICS) | VLLM_METRICS | PULL_METRICS | {"up"}
+# What the engine guard's watch writes for node_exporter (its script, as the role renders it).
+GUARD_METRICS = set(re.findall(
+    r"^# TYPE (vdf_engine_guard_\w+) ", (ROOT / "roles/vllm_dual_fast/templates/usr/local/sbin/"
+                                        "vllm-dual-fast-engine-guard.j2").read_text(), re.M))
+KNOWN = (set(rig_metrics.METRICS) | VLLM_METRICS | PULL_METRICS | GUARD_METRICS | {"up"}
          | {h + suffix for h in VLLM_HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")})
 
 # PromQL words that are not series: aggregations, set and matching operators, modifiers.

@@ -1,7 +1,13 @@
 """Which Docker packages the role asks for: never the other family's engine over the owner's."""
 
 import importlib.util
+import os
+import re
 from pathlib import Path
+
+import pytest
+import yaml
+from ansible_runner import ROLE, run_playbook
 
 _PATH = Path(__file__).parents[1] / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_stack.py"
 _spec = importlib.util.spec_from_file_location("stack_filters", _PATH)
@@ -77,3 +83,53 @@ def test_only_fully_installed_packages_count_as_installed():
     # What the role then asks apt for: the rest of the family, and the toolkit.
     chosen = stack.docker_packages(stack.installed_packages(out), False, DEBIAN13, REPO)
     assert set(chosen) - set(stack.installed_packages(out)) == {"docker-cli", "docker-compose"}
+
+
+FIXES = [{"cve": "CVE-2024-0132", "fixed_in": "1.16.2", "what": "a"},
+         {"cve": "CVE-2025-23266", "fixed_in": "1.17.8", "what": "b"}]
+
+
+@pytest.mark.parametrize("version, open_cves", [
+    ("1.14.6-1", ["CVE-2024-0132", "CVE-2025-23266"]),
+    ("1.16.2-1", ["CVE-2025-23266"]),
+    ("1.17.7-1", ["CVE-2025-23266"]),
+    ("1.17.8~rc.1-1", ["CVE-2025-23266"]),        # a release candidate before the fix
+    ("1.17.8-1", []),
+    ("1:1.18.0-1", []),                            # an epoch
+    ("1.17.10-1", []),                             # compared as numbers, not text
+    ("", []),                                      # not installed: nothing to say
+])
+def test_a_toolkit_older_than_a_fix_leaves_that_escape_open(version, open_cves):
+    assert [f["cve"] for f in stack.toolkit_cves_open(version, FIXES)] == open_cves
+
+
+def preflight_tasks(*names):
+    tasks = yaml.safe_load((ROLE / "tasks/preflight.yml").read_text())
+    return [t for t in tasks if t["name"] in names]
+
+
+@pytest.mark.parametrize("installed, warned", [
+    ("1.16.1-1", ["CVE-2024-0132", "CVE-2025-23266"]), ("1.17.8-1", []), (None, [])])
+def test_preflight_warns_of_each_escape_the_installed_toolkit_leaves_open(tmp_path, installed,
+                                                                          warned):
+    """Before: the role installed the toolkit with state present and never said its version
+    lacked the fixes (CVE-2024-0132, CVE-2025-23266)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dpkg-query").write_text(
+        f"#!/bin/sh\nprintf %s '{installed}'\n" if installed else
+        "#!/bin/sh\necho 'dpkg-query: no packages found matching nvidia-container-toolkit' >&2"
+        "\nexit 1\n")
+    (bin_dir / "dpkg-query").chmod(0o755)
+    fixes = yaml.safe_load((ROLE / "vars/main.yml").read_text())[
+        "_vllm_dual_fast_container_toolkit_fixes"]
+    play = [{"name": "Toolkit warning", "hosts": "localhost", "gather_facts": False,
+             "vars": {"_vllm_dual_fast_container_toolkit_fixes": fixes},
+             "tasks": preflight_tasks(
+                 "Read the installed NVIDIA Container Toolkit's version",
+                 "Warn that the container toolkit leaves a container escape open")}]
+    result, text = run_playbook(tmp_path, play, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert result.returncode == 0, text
+    said = re.findall(r"WARNING: nvidia-container-toolkit \S+ lacks the fix for (CVE-[\d-]+)",
+                      text)
+    assert said == warned, text

@@ -50,10 +50,30 @@ def disk_shortfalls(places):
     ]
 
 
+def _upstream_key(version):
+    """A Debian package version's upstream part as numbers to compare (`1.17.8-1` -> (1, 17, 8);
+    an epoch and a Debian revision are dropped; `1.17.0~rc.1` sorts before `1.17.0`)."""
+    text = str(version or "").split(":", 1)[-1].rsplit("-", 1)[0]
+    main, _, pre = text.partition("~")
+    numbers = tuple(int(part) for part in main.replace("-", ".").split(".") if part.isdigit())
+    return numbers + ((-1,) if pre else (0,))
+
+
+def toolkit_cves_open(version, fixes):
+    """The container-escape fixes an installed NVIDIA Container Toolkit lacks: each of `fixes`
+    ({cve, fixed_in}, vars/main.yml's list) whose fixed_in is newer than `version` (dpkg's
+    version of nvidia-container-toolkit; empty: not installed, nothing to say)."""
+    if not str(version or "").strip():
+        return []
+    have = _upstream_key(version)
+    return [fix for fix in fixes or [] if have < _upstream_key(fix["fixed_in"])]
+
+
 class FilterModule:
     def filters(self):
         return {
             "vllm_dual_fast_installed_packages": installed_packages,
             "vllm_dual_fast_docker_packages": docker_packages,
             "vllm_dual_fast_disk_shortfalls": disk_shortfalls,
+            "vllm_dual_fast_toolkit_cves_open": toolkit_cves_open,
         }

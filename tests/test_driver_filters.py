@@ -653,3 +653,17 @@ def _state(loaded, satisfied, allowed, check):
 )
 def test_reboot_decision(state, decision):
     assert drv.reboot_decision(state) == decision
+
+
+@pytest.mark.parametrize("family", ["debian", "ubuntu"])
+def test_a_maintenance_run_moves_the_installed_container_toolkit_with_the_driver(family):
+    """Before: no run ever upgraded the toolkit (state: present, and the nightly upgrades' guard
+    keeps nvidia-* and libnvidia-* away), so its container-escape fixes never arrived."""
+    toolkit = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
+               "libnvidia-container-tools", "libnvidia-container1"]
+    got = drv.maintenance_upgrade_packages(family, "distro", 580, pkgs("linux-image-generic",
+                                                                        *toolkit), "generic")
+    assert set(toolkit) <= set(got) and "linux-image-generic" in got
+    bare = drv.maintenance_upgrade_packages(family, "distro", 580, pkgs("linux-image-generic"),
+                                            "generic")
+    assert not set(toolkit) & set(bare)            # only what is installed

@@ -403,10 +403,19 @@ def driver_hold_packages(family, source, branch, installed=None, flavour=None):
     return _names(_USER_SPACE[(family, source)], branch, flavour, installed)
 
 
+# The NVIDIA Container Toolkit's packages (NVIDIA's repository): the nightly upgrades leave them
+# alone with the driver (the unattended-upgrades guard's nvidia-/libnvidia- patterns), so the
+# maintenance run moves them, through the canary and the batches like the driver: a toolkit
+# that is never upgraded keeps its container escapes (preflight names them).
+_CONTAINER_TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                      "libnvidia-container-tools", "libnvidia-container1"]
+
+
 def maintenance_upgrade_packages(family, source, branch, installed, flavour=None):
     """What a maintenance run upgrades in one APT transaction, so that kernel, module and user
-    space arrive together: the held unit and the kernel meta packages, those installed."""
-    templates = _USER_SPACE[(family, source)] + _KERNEL_METAS[family]
+    space arrive together: the held unit, the kernel meta packages and the container toolkit,
+    those installed."""
+    templates = _USER_SPACE[(family, source)] + _KERNEL_METAS[family] + _CONTAINER_TOOLKIT
     return _names(templates, branch, flavour, installed)
 
 

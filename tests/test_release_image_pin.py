@@ -51,11 +51,15 @@ def engine_up():
         return False
 
 
+def dangling():
+    return docker("images", "--quiet", "--filter", "dangling=true").stdout.split()
+
+
 @pytest.mark.skipif(not engine_up(), reason="needs the Docker engine make setup starts")
-def test_a_rollback_starts_the_judged_image_after_the_tag_moved_and_a_prune(tmp_path):
+def test_a_rollback_starts_the_judged_image_after_the_tag_moved(tmp_path):
     """Before: compose.yml named the tag, so after a re-pulled tag a rollback started the new
-    build under the old release's name, and `docker image prune` took the old build once its
-    tag had moved."""
+    build under the old release's name, and the old build was dangling (what `docker image
+    prune` removes) once its tag had moved."""
     run = uuid.uuid4().hex[:8]
     tag, keep = f"vdf-pin-test-{run}:latest", f"vllm-dual-fast-release:pintest{run}"
     made = []
@@ -86,11 +90,14 @@ def test_a_rollback_starts_the_judged_image_after_the_tag_moved_and_a_prune(tmp_
                                    "config", "--format", "json").stdout)
         named = config["services"]["vllm"]["image"]
         assert named == judged and tag not in yaml.safe_dump(config["services"]["vllm"])
-        docker("tag", judged, keep)                    # deploy.yml's keep tag
-
         rebuilt = build("rebuilt")                     # the owner's pull moves the tag
         assert rebuilt != judged
-        docker("image", "prune", "--force")            # an owner's routine clean-up
+        # What `docker image prune` takes: the dangling images (no container uses these). Not
+        # run here: it would take this machine's other dangling images too.
+        short = judged[len("sha256:"):][:12]
+        assert short in dangling()                     # untagged by the pull: prune takes it
+        docker("tag", judged, keep)                    # deploy.yml's keep tag
+        assert short not in dangling(), "the keep tag did not hold it"
         box = docker("create", named, "true").stdout.strip()
         try:
             started = docker("inspect", "--format", "{{.Image}}", box).stdout.strip()

@@ -381,6 +381,19 @@ def test_the_watch_puts_the_guard_back_after_each_kind_of_flush(rig):
     closed = neighbour_probe()
     assert not any(answered(s) for s in engine_statuses(closed).values()), closed
 
+    # A guard that cannot put its rule in place keeps Docker, and so the engine, down: the
+    # drop-in's ExecStartPre fails the start (a guard that exits 1 stands in for one that cannot
+    # reach iptables), and Docker starts once the guard can.
+    down = in_rig(f"""
+cp {GUARD} /root/guard.real && printf '#!/bin/sh\\nexit 1\\n' >{GUARD}
+systemctl restart docker >/dev/null 2>&1; echo "restart rc=$?"; systemctl is-active docker
+cp /root/guard.real {GUARD}; systemctl reset-failed docker; systemctl restart docker
+systemctl is-active docker
+""", check=False, timeout=120).stdout.split()
+    # Not active: "failed", or "activating" while systemd's Restart= tries again (and fails).
+    assert down[:2] != ["restart", "rc=0"] and down[2] != "active" and down[3:] == ["active"], \
+        down
+
     metrics = in_rig("cat /var/lib/prometheus/node-exporter/vllm-dual-fast-engine-guard.prom"
                      ).stdout
     assert "\nvdf_engine_guard_in_place 1\n" in metrics, metrics

@@ -117,10 +117,14 @@ remove_stale_daemon_pidfiles() {
   done
 }
 
+# How many lines the engine's log has now (0 before its first start, quietly: the `2>` comes
+# first, or a missing file's error would reach the terminal before it applies).
+log_lines_so_far() { wc -l 2>/dev/null <"${LOG}" || echo 0; }
+
 start_engine() {
   remove_stale_daemon_pidfiles
   say "starting dockerd $(dockerd --version 2>/dev/null | cut -d, -f1) (log ${LOG})"
-  local log_start; log_start="$(wc -l <"${LOG}" 2>/dev/null || echo 0)"
+  local log_start; log_start="$(log_lines_so_far)"
   setsid /usr/sbin/dockerd >>"${LOG}" 2>&1 </dev/null &
   echo $! >"${PIDFILE}"
   for _ in $(seq 1 60); do engine_answers && return 0; sleep 1; done

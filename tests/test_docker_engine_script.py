@@ -75,3 +75,15 @@ def test_pid_files_left_by_a_restart_go_and_a_live_daemons_stays(tmp_path):
     assert not reused.exists() and not gone.exists()
     assert live.exists()
     assert f"it names PID {sleeper.pid}, which is no running dockerd" in out
+
+
+def test_the_engine_log_is_counted_quietly_before_its_first_start(tmp_path):
+    """Before: `wc -l <log 2>/dev/null` printed "dockerd.log: No such file or directory" on a
+    bare machine's first `make setup` (the redirection of stderr came after the one that failed)."""
+    run = subprocess.run(
+        ["bash", "-c", f"source {SCRIPT}; set +eu; log_lines_so_far; LOG={tmp_path}/lines; "
+                       f"printf 'a\\nb\\n' >$LOG; log_lines_so_far"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+             "VDF_STATE_DIR": str(tmp_path / "fresh")})
+    assert (run.returncode, run.stdout.split(), run.stderr) == (0, ["0", "2"], "")

@@ -488,11 +488,7 @@ def test_the_kernel_log_gate(kernel, result):
     report = report_of(canary(SPEED, kernel={**kernel, "window": window}))
     assert report["judged"]["kernel_xid"]["result"] == result
     assert {f["result"] for f in report["failures"] if f["check"] == "kernel-xid"} == (
-        set() if result == "pass" else {_failed_as(result)})
-
-
-def _failed_as(result):
-    return "cannot-judge" if result == "cannot-judge" else "fail"
+        set() if result == "pass" else {health._failed(result)})
 
 
 @pytest.mark.parametrize("extra", [

@@ -667,3 +667,22 @@ def test_a_maintenance_run_moves_the_installed_container_toolkit_with_the_driver
     bare = drv.maintenance_upgrade_packages(family, "distro", 580, pkgs("linux-image-generic"),
                                             "generic")
     assert not set(toolkit) & set(bare)            # only what is installed
+
+
+@pytest.mark.parametrize(("installed", "runtime"), [
+    (["containerd.io"], ["containerd.io"]),                 # Docker's repository: runc inside
+    (["containerd", "runc", "docker.io"], ["containerd", "runc"]),   # the distribution's
+    (["moby-containerd", "moby-runc", "moby-engine"], ["moby-containerd", "moby-runc"]),
+])
+def test_a_maintenance_run_moves_runc_and_containerd_only_where_the_role_installed_docker(
+        installed, runtime):
+    """Before: no run moved them (Docker's repository is no origin of the nightly upgrades):
+    runc's container escapes (CVE-2024-21626, fixed in 1.1.12) stayed open on a rig the role
+    set up. An engine the owner installed stays the owner's to update."""
+    have = pkgs("linux-image-generic", "nvidia-container-toolkit", *installed)
+    by_role = drv.maintenance_upgrade_packages("ubuntu", "distro", 580, have, "generic",
+                                               runtime=True)
+    owners = drv.maintenance_upgrade_packages("ubuntu", "distro", 580, have, "generic")
+    assert [name for name in by_role if name not in owners] == runtime
+    assert "nvidia-container-toolkit" in owners and "docker.io" not in by_role
+

@@ -411,11 +411,20 @@ _CONTAINER_TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base
                       "libnvidia-container-tools", "libnvidia-container1"]
 
 
-def maintenance_upgrade_packages(family, source, branch, installed, flavour=None):
+# The container runtime under the engine (runc, containerd), as each Docker family packages it:
+# Docker's repository (containerd.io bundles runc), the distribution's, Microsoft's moby. A run
+# moves it only where the role installed the engine: an owner's engine is the owner's to update.
+_CONTAINER_RUNTIME = ["containerd.io", "containerd", "runc", "moby-containerd", "moby-runc"]
+
+
+def maintenance_upgrade_packages(family, source, branch, installed, flavour=None,
+                                 runtime=False):
     """What a maintenance run upgrades in one APT transaction, so that kernel, module and user
     space arrive together: the held unit, the kernel meta packages and the container toolkit,
-    those installed."""
-    templates = _USER_SPACE[(family, source)] + _KERNEL_METAS[family] + _CONTAINER_TOOLKIT
+    and with `runtime` (the role installed the Docker engine) runc and containerd; those
+    installed."""
+    templates = (_USER_SPACE[(family, source)] + _KERNEL_METAS[family] + _CONTAINER_TOOLKIT
+                 + (_CONTAINER_RUNTIME if runtime else []))
     return _names(templates, branch, flavour, installed)
 
 

@@ -2,7 +2,8 @@
 """Fleet report of a rollout: one row per rig (standard library only, Python 3.9+).
 
     python3 fleet_report.py --reports DIR [--pulled DIR [--rig-keys FILE]] [--state-dir DIR]
-                            [--hosts A,B,...] [--stale-after SECONDS] --out DIR [--print]
+                            [--hosts A,B,...] [--stale-after SECONDS] [--ref-commit COMMIT]
+                            --out DIR [--print]
 
 Inputs
   --reports DIR  the per-rig health reports the role writes on the controller, DIR/<host>.json
@@ -13,8 +14,10 @@ Inputs
                  Top-level *.json only; this tool's own fleet-*.json and JSON objects without a
                  "host" key are skipped; a file that is not JSON becomes a row saying so.
   --pulled DIR   the same reports as uploaded by rigs that pull (same shape, plus "pull": {state,
-                 ref, commit, rc, at, signer, reason, next_try} of the run that uploaded it, as
-                 the pull script writes it); a folder that does not exist yet counts as empty.
+                 ref, commit, rc, at, signer, reason, next_try, applied_commit, valid_until,
+                 tag_signer} of the run that uploaded it, as the pull script writes it); a
+                 folder that does not exist yet counts as empty. A pull state "expired" (the
+                 fleet's signed Valid-Until passed) counts as a refusal.
                  Each upload is the pull script's signed envelope (files/schemas/
                  signed-report.schema.json: the report's JSON text and the rig's SSH signature
                  of it); a bare report is read as an unsigned one. Per host the report with the
@@ -62,6 +65,12 @@ Inputs
                  report's checked_at, or the pull run's "at" when that run was refused or failed.
                  Default 4200: two runs of the pull timer (every 30 minutes) plus its 600 s
                  random delay; a fleet with another schedule passes its own.
+  --ref-commit COMMIT  the commit the fleet's pull ref names now (`git rev-parse
+                 fleet-live^{commit}` in the fleet repository): every pulled rig whose applied
+                 commit is another (a frozen or steered host, a refusal, a failure, a rig not
+                 yet at it) is flagged ("off_ref") and named before the table. A report of an
+                 older pull script without applied_commit counts its commit as applied when its
+                 state was applied or unchanged.
   --rollout FILE what the rollout was, as playbooks/tasks/rollout_info.yml writes it: {started_at,
                  ended_at (absent while it runs), controller_commit, controller_dirty, target:
                  {image, model, model_revision, patch_enabled}, canary: [hosts], batches: [[hosts]],
@@ -69,11 +78,11 @@ Inputs
                  which controller commit, when, and the outcome in one sentence: rollout_outcome).
                  A file that does not exist counts as no rollout (a report without those lines).
 
-Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "rollout",
-"outcome", "rows", "footer", "not_in_inventory", "not_verified"}) and .md (the rollout's lines,
-the rigs whose gates did not see, a table, its footer, the rigs listed apart, then the uploads
-not verified), written whole (no half-written file); their paths on stderr; --print prints the
-Markdown on stdout. One row per rig:
+Output: OUT/fleet-<UTC time, YYYYmmddTHHMMSSZ>.json ({"generated_at", "inputs", "ref_commit",
+"rollout", "outcome", "rows", "footer", "not_in_inventory", "not_verified"}) and .md (the
+rollout's lines, the rigs whose gates did not see, the pulled rigs off the ref, a table, its
+footer, the rigs listed apart, then the uploads not verified), written whole (no half-written
+file); their paths on stderr; --print prints the Markdown on stdout. One row per rig:
 host, state, release (the report's, else the state's), image and vLLM version (the report's),
 FlashInfer version (the report's patch_report), patch (patch_class of the report's patch_status:
 patched, upstream-fixed, pinned, or the status itself such as drift or unknown), decode tokens/s at
@@ -116,7 +125,10 @@ DERIVED_STATES = ("healthy", "unhealthy", "no-report", "pull-failed", "pull-refu
 # two runs missed, and its newest report is stale.
 STALE_AFTER_S = 2 * 1800 + 600
 # The pull script's states (its "pull": {state, ...}) that are a refusal, or a failure.
-PULL_REFUSED = ("refused",)
+# "expired": the fleet's signed Valid-Until passed (a frozen ref, or one not re-signed).
+PULL_REFUSED = ("refused", "expired")
+# Pull states whose commit is the one applied (a report from before "applied_commit" was sent).
+PULL_ON_COMMIT = ("applied", "unchanged")
 PULL_FAILED = ("failed", "release-failed")
 PATCH_CLASSES = {"patched": "patched", "already-patched": "patched",
                  "upstream-fixed": "upstream-fixed", "unpatched": "pinned"}
@@ -338,6 +350,23 @@ def state_of(report, state, now=None, stale_after=STALE_AFTER_S) -> str:
     return "unhealthy" if _healthy(report) is False else "healthy"
 
 
+def applied_commit(report):
+    """The commit a pulled rig serves from: the pull run's applied_commit, else (an older pull
+    script) its commit when that run applied it or found nothing new; None when unknown."""
+    pull = _pull(report)
+    if pull.get("applied_commit") is not None:
+        return _text(pull.get("applied_commit"))
+    return _text(pull.get("commit")) if pull.get("state") in PULL_ON_COMMIT else None
+
+
+def off_ref(report, ref_commit) -> object:
+    """Whether a pulled rig applied another commit than the one the fleet's ref names now
+    (--ref-commit): True or False; None for a pushed rig or without a ref commit."""
+    if not ref_commit or not _pulled(report):
+        return None
+    return applied_commit(report) != ref_commit
+
+
 def pull_reason(report) -> str:
     """One line on the pull run that uploaded `report`: refused (commit, signer, why), failed
     before the switch (why, next try), or the release failed (what it still serves)."""
@@ -476,13 +505,27 @@ def unseen_lines(rows) -> list:
             + [""])
 
 
+def off_ref_lines(rows, ref_commit) -> list:
+    """Markdown lines before the table naming every pulled rig not on the ref's commit."""
+    rigs = [r for r in rows if r.get("off_ref")]
+    if not rigs:
+        return []
+    return ([f"**Not on the ref's commit {ref_commit[:12]} ({len(rigs)} pulled "
+             f"rig{'s' if len(rigs) != 1 else ''}):**  "]
+            + [f"- {r['host']}: applied "
+               f"{(r['pull_applied_commit'] or '')[:12] or 'nothing known'}, "
+               f"pull {r['pull_state'] or 'state unknown'}" for r in rigs]
+            + [""])
+
+
 def row_for(host: str, report=None, state=None, missing_state=False, now=None,
-            stale_after=STALE_AFTER_S, unverified=None) -> dict:
+            stale_after=STALE_AFTER_S, unverified=None, ref_commit=None) -> dict:
     """One rig's row from its merged report (None: none) and its rollout state (None: none);
     missing_state: the rig belongs to a rollout that recorded nothing for it (said in the
     reason when nothing else is). now: the time pulled rigs' staleness is judged at (None:
     none is stale). unverified: why the rig's own upload was not verified (it is not the
-    report then)."""
+    report then). ref_commit: the commit the fleet's ref names now (--ref-commit): a pulled
+    rig on another is flagged ("off_ref")."""
     report = as_known(report or {})
     state = state or {}
     stale = None if state.get("state") else staleness(report, now, stale_after)
@@ -545,6 +588,11 @@ def row_for(host: str, report=None, state=None, missing_state=False, now=None,
         "pull_commit": _text(_pull(report).get("commit")),
         "pull_state": _text(_pull(report).get("state")),
         "pull_signer": _text(_pull(report).get("signer")),
+        "pull_applied_commit": applied_commit(report) if _pulled(report) else None,
+        "pull_valid_until": _text(_pull(report).get("valid_until")),
+        # A pulled rig that applied another commit than the ref's (frozen, refused, failed,
+        # behind): None when pushed or without --ref-commit.
+        "off_ref": off_ref(report, ref_commit),
         "stale": bool(stale),
         "host_mismatch": _text(claimed),
         # A pulled report: True verified as this rig's (--rig-keys), False read unverified;
@@ -696,6 +744,7 @@ def render_markdown(fleet: dict) -> str:
     out = [f"# Fleet report {fleet['generated_at']}", ""]
     out += rollout_lines(fleet.get("rollout"), fleet.get("outcome"))
     out += unseen_lines(fleet["rows"])
+    out += off_ref_lines(fleet["rows"], fleet.get("ref_commit") or "")
     out += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in fleet["rows"]:
         cells = [_cell(c) for c in table_row(row)]
@@ -868,23 +917,24 @@ def split_hosts(found, hosts) -> tuple:
 
 def build_fleet(reports: dict, state: dict, generated_at: str, inputs=None, hosts=(),
                 rollout=False, record=None, now=None, stale_after=STALE_AFTER_S,
-                not_verified=()) -> dict:
+                not_verified=(), ref_commit=None) -> dict:
     """The fleet report: one row per rig of `hosts` (the rollout's rigs), sorted by host, and
     the rigs of the reports or the state outside it listed apart ("not_in_inventory", not in
     the footer); without `hosts`, one row per rig in the reports or the state. rollout: the
     state is a rollout's, so a rig of `hosts` missing from it says so. record: what the rollout
     was (--rollout), giving "rollout" and its "outcome". now, stale_after: pulled rigs with no
     news for stale_after seconds before now are "stale" (now None: none is). not_verified:
-    the uploads that did not verify (load_pulled_dir's): listed apart, in no row's state."""
+    the uploads that did not verify (load_pulled_dir's): listed apart, in no row's state.
+    ref_commit: the commit the fleet's ref names now; pulled rigs on another are flagged."""
     forged = {f["rig"]: f["why"] for f in not_verified}
     inside, apart = split_hosts(set(reports) | set(state), hosts)
     rows = [row_for(h, reports.get(h), state.get(h), missing_state=rollout and bool(hosts),
                     now=now, stale_after=stale_after,
                     unverified=None if (reports.get(h) or {}).get("_from") == "pulled"
-                    else forged.get(h)) for h in inside]
+                    else forged.get(h), ref_commit=ref_commit) for h in inside]
     counted = footer(rows)
     return {"generated_at": generated_at, "inputs": inputs or {}, "rows": rows,
-            "rollout": record or {},
+            "ref_commit": ref_commit, "rollout": record or {},
             "outcome": rollout_outcome(record, rows, counted["states"]) if record else None,
             "footer": counted,
             "not_in_inventory": [row_for(h, reports.get(h), state.get(h), now=now,
@@ -930,6 +980,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a pulled rig whose newest report is older is stale (default "
                              f"{STALE_AFTER_S}: two 30-minute timer runs plus the 600 s random "
                              "delay)")
+    parser.add_argument("--ref-commit", metavar="COMMIT",
+                        help="the commit the fleet's pull ref names now (git rev-parse "
+                             "fleet-live^{commit}): every pulled rig that applied another is "
+                             "named before the table")
     parser.add_argument("--out", required=True, metavar="DIR", help="where fleet-*.json/md go")
     parser.add_argument("--print", action="store_true", help="print the Markdown on stdout")
     return parser
@@ -982,7 +1036,8 @@ def main(argv=None) -> int:
                             {"reports": args.reports, "pulled": args.pulled,
                              "rig_keys": args.rig_keys, "state": args.state_dir, "hosts": hosts},
                             hosts=hosts, rollout=bool(args.state_dir), record=record,
-                            now=now, stale_after=args.stale_after, not_verified=not_verified)
+                            now=now, stale_after=args.stale_after, not_verified=not_verified,
+                            ref_commit=args.ref_commit)
         paths = write_fleet(fleet, args.out, now.strftime("%Y%m%dT%H%M%SZ"))
     except Exception as exc:  # noqa: BLE001 (unexpected: say so, exit 1)
         sys.stderr.write(f"fleet_report: error: {type(exc).__name__}: {exc}\n")

@@ -722,6 +722,65 @@ def test_a_failure_before_the_switch_is_pull_failed_with_its_reason_and_next_try
     assert fleet.row_for("b", rolled_back, now=NOW)["state"] == "pull-failed"
 
 
+def test_an_expired_signature_is_a_refusal_naming_when_it_expired():
+    expired = pulled_report("a", {"state": "expired", "commit": COMMIT, "rc": 1,
+                                  "signer": "owner", "applied_commit": COMMIT,
+                                  "valid_until": "2026-11-28T00:00:00Z",
+                                  "reason": "the fleet's signature expired at "
+                                            "2026-11-28T00:00:00Z (the ref is frozen or not "
+                                            "re-signed)", "at": "2026-12-01T11:55:00Z"})
+    row = fleet.row_for("a", expired, now=NOW)
+    assert (row["state"], row["pull_valid_until"]) == ("pull-refused", "2026-11-28T00:00:00Z")
+    assert "signature expired at 2026-11-28T00:00:00Z" in row["reason"]
+
+
+OTHER = "ab12" * 10
+
+
+def test_every_pulled_rig_not_on_the_refs_commit_is_named_before_the_table():
+    # A frozen or steered host shows only as a rig whose applied commit is not the ref's: each
+    # heartbeat refreshed the report's time, and nothing compared the commits.
+    rigs = {
+        "on-ref": pulled_report("on-ref", {"state": "unchanged", "commit": COMMIT,
+                                           "applied_commit": COMMIT, "at": "2026-12-01T11:55Z"}),
+        "frozen": pulled_report("frozen", {"state": "unchanged", "commit": OTHER,
+                                           "applied_commit": OTHER, "at": "2026-12-01T11:55Z"}),
+        "refused": pulled_report("refused", {"state": "refused", "commit": COMMIT,
+                                             "applied_commit": OTHER, "reason": "not signed",
+                                             "at": "2026-12-01T11:55Z"}),
+        "new": pulled_report("new", {"state": "failed", "commit": COMMIT, "applied_commit": "",
+                                     "at": "2026-12-01T11:55Z"}),
+        "older-script": pulled_report("older-script", {"state": "applied", "commit": COMMIT,
+                                                       "at": "2026-12-01T11:55Z"}),
+        "pushed": report("pushed"),
+    }
+    result = fleet.build_fleet(rigs, {}, "now", now=NOW, ref_commit=COMMIT)
+    flags = {r["host"]: r["off_ref"] for r in result["rows"]}
+    assert flags == {"on-ref": False, "frozen": True, "refused": True, "new": True,
+                     "older-script": False, "pushed": None}
+    md = fleet.render_markdown(result)
+    head = md.split("| Host |")[0]
+    assert f"**Not on the ref's commit {COMMIT[:12]} (3 pulled rigs):**" in head
+    assert f"- frozen: applied {OTHER[:12]}, pull unchanged" in head
+    assert "- new: applied nothing known, pull failed" in head
+    assert "on-ref" not in head and "pushed" not in head
+    without = fleet.build_fleet(rigs, {}, "now", now=NOW)  # no --ref-commit: nothing flagged
+    assert {r["off_ref"] for r in without["rows"]} == {None}
+    assert "Not on the ref's commit" not in fleet.render_markdown(without)
+
+
+def test_cli_ref_commit_flags_rigs_off_the_ref(tmp_path):
+    reports = write_reports(tmp_path / "reports")
+    pulled = write_reports(tmp_path / "pulled", pulled_report(
+        "a", {"state": "unchanged", "commit": OTHER, "applied_commit": OTHER}))
+    out = tmp_path / "out"
+    assert fleet.main(["--reports", str(reports), "--pulled", str(pulled), "--out", str(out),
+                       "--ref-commit", COMMIT, "--stale-after", "1e12"]) == 0
+    [written] = out.glob("fleet-*.json")
+    result = json.loads(written.read_text())
+    assert result["ref_commit"] == COMMIT and result["rows"][0]["off_ref"] is True
+
+
 @pytest.mark.parametrize("checked_at, pull_at, state", [
     ("2026-12-01T11:00:00Z", "2026-12-01T11:59:00Z", "healthy"),   # 1 h: fresh enough
     ("2026-12-01T10:00:00Z", "2026-12-01T11:59:00Z", "stale"),     # 2 h: fresh upload, old health

@@ -32,6 +32,14 @@ RIG_A_PASSWORD = "rig-a-password"  # noqa: S105 (the test vault's own)
 GIT = ["git", "-c", "user.name=fleet", "-c", "user.email=fleet@localhost"]
 
 
+def utc_in(days: float) -> str:
+    """The UTC time `days` from now, as a Valid-Until line gives it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + days * 86400))
+
+
+VALID = "a week from now"  # the default Valid-Until of a test's commits and tags
+
+
 class PutServer(http.server.ThreadingHTTPServer):
     """A loopback web server keeping each PUT body by path (the fleet's report share)."""
 
@@ -150,20 +158,36 @@ class Fleet:
             GIT + ["-C", str(self.repo), *args], check=True, capture_output=True, text=True
         ).stdout.strip()
 
-    def commit(self, release: str, broken: bool = False, extra: str = "", sign="owner") -> str:
+    def commit(self, release: str, broken: bool = False, extra: str = "", sign="owner",
+               valid_until=VALID) -> str:
         """A commit of release `release`, signed with SSH key `sign` ("owner", "stranger"),
-        with GPG ("gpg"), or unsigned (None)."""
+        with GPG ("gpg"), or unsigned (None); its message carries Valid-Until (what a
+        branch-enrolled rig reads) unless valid_until is None."""
         (self.repo / "release.yml").write_text(
             f"release: {release}\nbroken: {str(broken).lower()}\n{extra}"
         )
         self.git("add", "-A")
-        self.git(*self.keys.sign_args(sign), "commit", "-qm", f"release {release}")
+        self.git(*self.keys.sign_args(sign), "commit", "-qm",
+                 signed_message(f"release {release}", valid_until))
         return self.git("rev-parse", "HEAD")
 
+    def tag(self, at: str = "HEAD", name: str = "live", sign="owner", valid_until=VALID,
+            env=None) -> str:
+        """`name` moved to `at` as the owner moves the fleet's tag (scripts/sign-fleet-ref):
+        an annotated tag signed with `sign` (None: annotated, unsigned) whose message carries
+        Valid-Until (None: none). Returns the tag object."""
+        kind = "-s" if sign else "-a"
+        subprocess.run(GIT + ["-C", str(self.repo), *self.keys.sign_args(sign), "tag", "-f",
+                              kind, "-m", signed_message(f"fleet {name}", valid_until), name,
+                              at], check=True, capture_output=True, text=True,
+                       env={**os.environ, **(env or {})})
+        return self.git("rev-parse", f"refs/tags/{name}")
+
     def live_at(self, release: str, settings: dict | None = None, **commit_args) -> str:
-        """The first commit, of release `release`, tagged `live`; the rig's settings follow it."""
+        """The first commit, of release `release`, with the tag `live` on it (signed by the
+        commit's signer, the owner for an unsigned commit); the rig's settings follow it."""
         commit = self.commit(release, **commit_args)
-        self.git("tag", "live")
+        self.tag(sign=commit_args.get("sign", "owner") or "owner")
         self.settings("live", **(settings or {}))
         return commit
 
@@ -172,7 +196,7 @@ class Fleet:
         c1 = self.live_at("r1")
         assert self.run().returncode == 0
         c2 = self.commit("r2")
-        self.git("tag", "-f", "live")
+        self.tag()
         assert self.run().returncode == 0
         return c1, c2
 
@@ -201,6 +225,7 @@ class Fleet:
             "VDF_PULL_RETRY_BASE_S": 0,
             "VDF_PULL_RETRY_MAX_S": 3600,
             "VDF_PULL_CHECK_TIMEOUT_S": 0,
+            "VDF_PULL_MAX_VALID_DAYS": 31,
         }
         values.update(more)
         self.env_file.write_text("".join(f"{k}={shlex.quote(str(v))}\n" for k, v in values.items()))
@@ -242,6 +267,13 @@ class Fleet:
 
     def applied_releases(self):
         return self.runs.read_text().split("\n")[:-1] if self.runs.exists() else []
+
+
+def signed_message(subject: str, valid_until=VALID) -> str:
+    """A commit's or tag's message with the fleet's Valid-Until line (None: without one)."""
+    if valid_until is None:
+        return subject
+    return f"{subject}\n\nValid-Until: {utc_in(7) if valid_until == VALID else valid_until}"
 
 
 class Keys:
@@ -344,7 +376,7 @@ def test_a_failed_release_is_not_applied_again_until_the_ref_moves(fleet):
     assert fleet.applied_releases() == ["r1 "]  # the second run did not switch and fail again
     assert "which failed here; nothing done until the ref moves" in second.stderr
     fixed = fleet.commit("r2")
-    fleet.git("tag", "-f", "live")
+    fleet.tag()
     third = fleet.run()
     assert third.returncode == 0, third.stdout + third.stderr
     assert fleet.applied_releases() == ["r1 ", "r2 "]
@@ -365,12 +397,16 @@ def test_the_ref_is_matched_exactly_not_by_its_last_path_part(fleet):
     assert (fleet.state / "applied").read_text().strip() == wanted
 
 
-def test_an_annotated_tag_resolves_to_its_commit(fleet):
+def test_a_signed_annotated_tag_resolves_to_its_commit(fleet):
     commit = fleet.commit("r1")
-    fleet.git("tag", "-a", "-m", "fleet release 1", "live")
+    tag = fleet.tag()
+    assert tag != commit
     fleet.settings("live")
     assert fleet.run().returncode == 0
     assert (fleet.state / "applied").read_text().strip() == commit
+    pull = fleet.pull_state()
+    assert (pull["state"], pull["tag_signer"], pull["applied_commit"]) == ("applied", "owner",
+                                                                          commit)
 
 
 def test_a_ref_the_repository_lacks_applies_nothing(fleet):
@@ -427,7 +463,7 @@ def test_each_run_uploads_the_report_tagged_with_its_commit_and_exit_status(flee
     assert path.startswith("/reports/") and path.endswith(".json")
     assert (sent["release"], sent["pull"]["commit"], sent["pull"]["rc"]) == ("old", good, 0)
     broken = fleet.commit("r2", broken=True)
-    fleet.git("tag", "-f", "live")
+    fleet.tag()
     assert fleet.run().returncode == 1
     sent = uploaded(server, path)
     # The failed run left the old report in place: its tag says the new commit failed.
@@ -439,7 +475,7 @@ def test_a_failed_upload_fails_the_run_and_the_next_run_uploads(fleet):
     server = PutServer()
     fleet.report.write_text(json.dumps({"host": "rig-a", "release": "r1"}))
     commit = fleet.commit("r1")
-    fleet.git("tag", "live")
+    fleet.tag()
     down = PutServer()
     down_url = down.url()
     down.shutdown()
@@ -502,7 +538,7 @@ def test_an_unsigned_or_unknown_signers_commit_is_refused_and_nothing_of_it_runs
     fleet.live_at("r1", settings=dict(url=server.url()))
     assert fleet.run().returncode == 0
     bad = fleet.commit("r2-evil", sign=sign)
-    fleet.git("tag", "-f", "live")
+    fleet.tag()
     first, second = fleet.run(), fleet.run()
     assert (first.returncode, second.returncode) == (1, 1)
     assert fleet.applied_releases() == ["r1 "]  # nothing of the refused commit ran
@@ -513,7 +549,7 @@ def test_an_unsigned_or_unknown_signers_commit_is_refused_and_nothing_of_it_runs
     assert (pull["state"], pull["commit"]) == ("refused", bad)
     assert pull["signer"].startswith(signer) and reason in pull["reason"]
     good = fleet.commit("r3")
-    fleet.git("tag", "-f", "live")
+    fleet.tag()
     assert fleet.run().returncode == 0
     assert fleet.applied_releases() == ["r1 ", "r3 "]
     assert fleet.pull_state()["commit"] == good
@@ -535,7 +571,7 @@ def test_a_gpg_key_removed_from_the_list_no_longer_verifies(fleet):
     fleet.live_at("r1", sign="gpg")
     assert fleet.run().returncode == 0
     fleet.commit("r2", sign="gpg")
-    fleet.git("tag", "-f", "live")
+    fleet.tag()
     fleet.gpg_keys.write_text("")  # the owner rotated the GPG key out
     assert fleet.run().returncode == 1
     assert fleet.pull_state()["state"] == "refused"
@@ -560,9 +596,9 @@ def test_the_tag_moved_back_to_an_older_signed_commit_is_refused(fleet, sign):
     c1 = fleet.live_at("r1", sign=sign, settings=dict(url=server.url()))
     assert fleet.run().returncode == 0
     c2 = fleet.commit("r2", sign=sign)
-    fleet.git("tag", "-f", "live")
+    fleet.tag(sign=sign)
     assert fleet.run().returncode == 0
-    fleet.git("tag", "-f", "live", c1)  # the git host, or a member with push rights
+    fleet.tag(c1, sign=sign)  # a signer's own older tag, put back by the host or a member
     pull, result = _moved_back(fleet, server, c1)
     assert pull["reason"] == f"not a descendant of {c2}"
     assert pull["signer"]  # the commit's signer, as a refusal names it
@@ -577,7 +613,7 @@ def test_the_tag_moved_back_to_an_older_signed_commit_is_refused(fleet, sign):
     assert again.returncode == 1 and "refused here" in again.stderr
     fleet.git("checkout", "-q", c2)
     c3 = fleet.commit("r3", sign=sign)  # forward again: the owner signs a new commit on c2
-    fleet.git("tag", "-f", "live")
+    fleet.tag(sign=sign)
     result = fleet.run()
     assert result.returncode == 0, result.stdout + result.stderr
     assert fleet.applied_releases() == ["r1 ", "r2 ", "r3 "]
@@ -600,10 +636,9 @@ def test_a_tag_named_like_the_branch_does_not_move_a_rig_enrolled_on_the_branch(
     fleet.git("branch", "live")
     fleet.settings("live", VDF_PULL_REF_KIND="branch")
     assert fleet.run().returncode == 0
-    fleet.git("tag", "live", c1)
+    fleet.tag(c1)  # a signed tag named like the branch, left behind at c1
     fleet.git("checkout", "-q", "live")
     c2 = fleet.commit("r2")
-    fleet.git("tag", "-f", "live", c1)  # the tag stays behind at c1
     result = fleet.run()
     assert result.returncode == 0, result.stdout + result.stderr
     assert (fleet.state / "applied").read_text().strip() == c2
@@ -648,15 +683,15 @@ def test_a_signer_removed_since_cannot_sign_on_top_of_the_commit_that_allowed_th
     fleet.signers.write_text(both)  # the rig was enrolled with both
     assert fleet.run().returncode == 0
     c2 = fleet.commit("r2", extra=signers(owner_only))  # the owner removes the stranger
-    fleet.git("tag", "-f", "live")
+    fleet.tag()
     assert fleet.run().returncode == 0
     assert fleet.signers.read_text() == owner_only
-    fleet.git("tag", "-f", "live", c1)  # back to the commit that allowed the stranger
+    fleet.tag(c1)  # back to the commit that allowed the stranger
     assert fleet.run().returncode == 1
     assert fleet.signers.read_text() == owner_only  # nothing of c1 ran: no signer came back
     fleet.git("checkout", "-q", c1)
     c3 = fleet.commit("r3-evil", sign="stranger", extra=signers(both))
-    fleet.git("tag", "-f", "live")
+    fleet.tag()
     assert fleet.run().returncode == 1
     pull = fleet.pull_state()
     assert (pull["state"], pull["commit"]) == ("refused", c3)
@@ -676,34 +711,220 @@ def test_a_commit_the_ref_pins_by_hash_must_descend_too(fleet):
     assert fleet.applied_releases() == ["r1 ", "r2 "]
 
 
-def forget_task_play(fleet, pulled_run):
-    """pull_mode.yml's own task that forgets the commit last applied, on this fleet's state."""
+ENROLMENT_PIN_TASKS = ("Resolve the ref to the commit this enrolment pins",
+                       "Stop an enrolment without a commit to pin",
+                       "Pin the enrolment's commit", "Forget the commit last applied")
+
+
+def enrolment_pin_play(fleet, pulled_run, anchor_repo=None, **more):
+    """pull_mode.yml's own tasks that pin the ref's commit and forget the one last applied, on
+    this fleet's state, with vars/main.yml's own expressions of the ref and the pin; the
+    controller's clone is the fleet repository itself unless anchor_repo says otherwise."""
     tasks = [t for t in yaml.safe_load(PULL_TASKS.read_text())
-             if t["name"].startswith("Forget the commit")]
-    assert len(tasks) == 1
+             if t["name"].startswith(ENROLMENT_PIN_TASKS)]
+    assert len(tasks) == len(ENROLMENT_PIN_TASKS)
+    role_vars = yaml.safe_load(ROLE_VARS.read_text())
     return [{"name": "An enrolment" if not pulled_run else "A pulled run", "hosts": "all",
              "gather_facts": False,
              "vars": {"_vllm_dual_fast_pull_state_dir": str(fleet.state),
-                      "_vllm_dual_fast_pulled_run": pulled_run},
+                      "_vllm_dual_fast_pulled_run": pulled_run,
+                      "vllm_dual_fast_pull_ref": "live", "vllm_dual_fast_pull_ref_kind": "tag",
+                      "vllm_dual_fast_pull_anchor": "",
+                      "vllm_dual_fast_pull_anchor_repo": str(anchor_repo or fleet.repo),
+                      **{k: role_vars[k] for k in ("_vllm_dual_fast_pull_full_ref",
+                                                   "_vllm_dual_fast_pull_pin")},
+                      **more},
              "tasks": tasks}]
 
 
 @pytest.mark.parametrize("pulled_run", [False, True])
 def test_only_an_enrolment_resets_the_commit_counted_as_applied(fleet, tmp_path, pulled_run):
     c1, _ = fleet.applied_r1_then_r2()
-    fleet.git("tag", "-f", "live", c1)
+    fleet.tag(c1)  # the owner moves the tag back on purpose, then enrols the rig again
     (tmp_path / "play").mkdir()
-    result, output = run_playbook(tmp_path / "play", forget_task_play(fleet, pulled_run))
+    result, output = run_playbook(tmp_path / "play", enrolment_pin_play(fleet, pulled_run))
     assert result.returncode == 0, output
     run = fleet.run()
     if pulled_run:  # a pulled run never resets it: still refused
         assert run.returncode == 1 and fleet.pull_state()["state"] == "refused"
         assert fleet.applied_releases() == ["r1 ", "r2 "]
-    else:  # the owner enrolled the rig again: it takes the ref as it is now
+        assert not (fleet.state / "anchor").exists()
+    else:  # the owner enrolled the rig again: it takes the ref as the controller saw it
         assert run.returncode == 0, run.stdout + run.stderr
         assert fleet.applied_releases() == ["r1 ", "r2 ", "r1 "]
         assert (fleet.state / "applied").read_text().strip() == c1
+        assert (fleet.state / "anchor").read_text().strip() == c1
 
+
+def test_after_an_enrolment_an_older_commit_the_host_serves_is_refused(fleet, tmp_path):
+    # Re-enrolment used to forget the forward-only anchor: the first run after it took any
+    # signed commit the host served. The controller now pins what it resolves for the ref.
+    c1, c2 = fleet.applied_r1_then_r2()
+    (tmp_path / "play").mkdir()
+    result, output = run_playbook(tmp_path / "play", enrolment_pin_play(fleet, False))
+    assert result.returncode == 0, output
+    assert (fleet.state / "anchor").read_text().strip() == c2
+    assert not (fleet.state / "applied").exists()
+    fleet.tag(c1)  # the host serves the older signed release to the freshly enrolled rig
+    run = fleet.run()
+    assert run.returncode == 1
+    pull = fleet.pull_state()
+    assert (pull["state"], pull["commit"]) == ("refused", c1)
+    assert pull["reason"] == f"not a descendant of {c2}, the commit pinned at enrolment"
+    assert fleet.applied_releases() == ["r1 ", "r2 "]
+    fleet.tag(c2)
+    assert fleet.run().returncode == 0
+    assert fleet.applied_releases() == ["r1 ", "r2 ", "r2 "]
+
+
+def test_an_enrolment_whose_controller_cannot_resolve_the_ref_stops_before_any_change(
+        fleet, tmp_path):
+    c1, c2 = fleet.applied_r1_then_r2()
+    empty = tmp_path / "owners-clone"
+    subprocess.run(["git", "init", "-q", str(empty)], check=True)
+    (tmp_path / "play").mkdir()
+    result, output = run_playbook(tmp_path / "play",
+                                  enrolment_pin_play(fleet, False, anchor_repo=empty))
+    assert result.returncode != 0
+    assert "An enrolment pins the commit refs/tags/live names on the controller" in output
+    assert (fleet.state / "applied").read_text().strip() == c2  # nothing changed
+    assert not (fleet.state / "anchor").exists()
+    # Given by hand, the pin is taken as it is.
+    result, output = run_playbook(tmp_path / "play", enrolment_pin_play(
+        fleet, False, anchor_repo=empty, vllm_dual_fast_pull_anchor=c1))
+    assert result.returncode == 0, output
+    assert (fleet.state / "anchor").read_text().strip() == c1
+
+
+# --- steering and freezing: the tag must be signed as itself, and its signature expires ------
+
+
+@pytest.mark.parametrize("how", ["lightweight", "unsigned", "stranger", "other-name",
+                                 "tag-of-tag"])
+def test_a_tag_not_signed_as_the_followed_tag_is_refused_and_nothing_of_it_runs(fleet, how):
+    # The signature covers the commit, not the ref: anyone who can push could point the tag at
+    # any owner-signed descendant, a work-in-progress commit included (tried here with real
+    # git and ssh signatures before this check: the WIP commit was applied).
+    fleet.live_at("r1")
+    assert fleet.run().returncode == 0
+    wip = fleet.commit("r2-wip")  # signed by the owner, named by no release
+    if how == "lightweight":
+        fleet.git("tag", "-f", "live", wip)
+        reason = "live is a lightweight tag, not a signed annotated one (git tag -s)"
+    elif how == "unsigned":
+        fleet.tag(wip, sign=None)
+        reason = "tag live: "
+    elif how == "stranger":
+        fleet.tag(wip, sign="stranger")
+        reason = "tag live: "
+    elif how == "other-name":
+        other = fleet.tag(wip, name="wip-review")  # the owner's own signed tag of another name
+        fleet.git("update-ref", "refs/tags/live", other)
+        reason = "the tag under live was signed as wip-review"
+    else:
+        inner = fleet.tag(wip, name="inner")
+        fleet.tag(inner)  # a signed "live" that names the tag "inner", not the commit
+        reason = "the tag live names another tag, not the commit"
+    run = fleet.run()
+    assert run.returncode == 1
+    pull = fleet.pull_state()
+    assert (pull["state"], pull["commit"]) == ("refused", wip)
+    assert pull["reason"].startswith(reason), pull["reason"]
+    assert fleet.applied_releases() == ["r1 "]
+    assert fleet.ansible_pull_calls() == 1
+    fleet.tag(wip)  # the owner signs it as live: now it applies
+    run = fleet.run()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert fleet.applied_releases() == ["r1 ", "r2-wip "]
+
+
+def test_a_signature_past_its_valid_until_is_expired_until_the_owner_signs_again(fleet):
+    server = PutServer()
+    commit = fleet.live_at("r1", settings=dict(url=server.url()))
+    assert fleet.run().returncode == 0
+    # What a frozen host keeps serving: the tag as signed ten days ago, valid for a week.
+    old = {"GIT_COMMITTER_DATE": f"{int(time.time()) - 10 * 86400} +0000"}
+    until = utc_in(-3)
+    fleet.tag(valid_until=until, env=old)
+    run = fleet.run()
+    assert run.returncode == 1
+    assert f"expired at {until}" in run.stderr
+    pull = uploaded(server)["pull"]
+    assert (pull["state"], pull["commit"], pull["valid_until"]) == ("expired", commit, until)
+    assert pull["reason"].startswith("the fleet's signature expired at ")
+    assert pull["applied_commit"] == commit  # still serving what it applied
+    assert fleet.ansible_pull_calls() == 1
+    fleet.tag()  # re-signed at the same commit, valid for another week: a heartbeat
+    run = fleet.run()
+    assert run.returncode == 0, run.stdout + run.stderr
+    pull = uploaded(server)["pull"]
+    assert (pull["state"], pull["commit"]) == ("unchanged", commit)
+    assert fleet.applied_releases() == ["r1 "]
+    server.shutdown()
+
+
+@pytest.mark.parametrize(("kind", "commit_until", "tag_until", "reason"), [
+    ("tag", VALID, None, "no signed Valid-Until (a YYYY-MM-DDTHH:MM:SSZ line in the tag's"),
+    ("tag", VALID, "next tuesday", "no signed Valid-Until"),
+    ("tag", VALID, utc_in(40), "is more than 31 days after it was signed"),
+    ("branch", None, None, "no signed Valid-Until (a YYYY-MM-DDTHH:MM:SSZ line in the branch's"),
+    ("branch", utc_in(-1), None, "expired"),
+])
+def test_a_ref_without_a_signed_valid_until_in_bounds_applies_nothing(
+        fleet, kind, commit_until, tag_until, reason):
+    commit = fleet.commit("r1", valid_until=commit_until)
+    if kind == "tag":
+        fleet.tag(valid_until=tag_until)
+        fleet.settings("live")
+    else:
+        fleet.settings("main", VDF_PULL_REF_KIND="branch")
+    run = fleet.run()
+    assert run.returncode == 1
+    pull = fleet.pull_state()
+    assert pull["commit"] == commit
+    assert reason in (pull["state"] if reason == "expired" else pull["reason"])
+    assert fleet.applied_releases() == []
+
+
+def sign_fleet_ref(fleet, *args):
+    """scripts/sign-fleet-ref run by the owner in the fleet repository (signing as the owner)."""
+    for key, value in (("user.name", "fleet"), ("user.email", "fleet@localhost"),
+                       ("gpg.format", "ssh"),
+                       ("user.signingkey", str(fleet.keys.folder / "owner"))):
+        fleet.git("config", key, value)
+    return subprocess.run([str(ROOT / "scripts/sign-fleet-ref"), *args], cwd=fleet.repo,
+                          capture_output=True, text=True, check=False)
+
+
+def test_the_owners_sign_tool_makes_the_tag_rigs_take_and_renews_it(fleet):
+    commit = fleet.commit("r1")
+    made = sign_fleet_ref(fleet, "-d", "14", "live")
+    assert made.returncode == 0, made.stderr
+    fleet.settings("live")
+    run = fleet.run()
+    assert run.returncode == 0, run.stdout + run.stderr
+    pull = fleet.pull_state()
+    assert (pull["state"], pull["commit"], pull["tag_signer"]) == ("applied", commit, "owner")
+    until = time.mktime(time.strptime(pull["valid_until"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    assert 13.9 * 86400 < until - time.time() <= 14 * 86400
+    fleet.commit("r2-not-tagged")  # renewing re-signs the commit the tag names, not HEAD
+    assert sign_fleet_ref(fleet, "-d", "7", "live").returncode == 0
+    run = fleet.run()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert fleet.pull_state()["state"] == "unchanged"
+    assert fleet.applied_releases() == ["r1 "]
+    assert sign_fleet_ref(fleet, "-d", "40", "live").returncode == 0
+    assert fleet.run().returncode == 1
+    assert "more than 31 days" in fleet.pull_state()["reason"]
+    assert sign_fleet_ref(fleet, "-d", "0", "live").returncode == 2
+
+
+def test_a_rig_pinned_to_a_commit_hash_needs_no_valid_until(fleet):
+    commit = fleet.commit("r1", valid_until=None)
+    fleet.settings(commit)
+    run = fleet.run()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert fleet.applied_releases() == ["r1 "]
 
 
 # --- failures: before the switch retried, a failed release waits for the ref -----------------
@@ -738,7 +959,7 @@ def test_a_failure_before_the_switch_is_retried_with_a_growing_delay(fleet):
     assert attempts == "2" and int(next_try) - before >= 1200 - 5  # the delay doubled
     fleet.git("rm", "-q", "release.yml")
     fixed = fleet.commit("r1")  # the owner fixed the release; the ref moves
-    fleet.git("tag", "-f", "live")
+    fleet.tag()
     assert fleet.run().returncode == 0
     assert (fleet.state / "applied").read_text().strip() == fixed
     assert not (fleet.state / "retry").exists()
@@ -839,7 +1060,7 @@ def _sample_ps(process, seen: set):
 
 def test_neither_the_repository_token_nor_the_report_url_reaches_argv_or_a_readable_file(fleet):
     fleet.commit("r1", extra="slow: 2\n")
-    fleet.git("tag", "live")
+    fleet.tag()
     fleet.git("update-server-info")  # the dumb transport's refs list
     git_server, reports = AuthGitServer(fleet.repo / ".git"), PutServer()
     port = git_server.server_address[1]
@@ -880,6 +1101,7 @@ def test_neither_the_repository_token_nor_the_report_url_reaches_argv_or_a_reada
 # --- the role's own checks of pull mode's variables (tasks/pull_mode.yml) ---------------------
 
 PULL_TASKS = ROOT / "roles/vllm_dual_fast/tasks/pull_mode.yml"
+ROLE_VARS = ROOT / "roles/vllm_dual_fast/vars/main.yml"
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFleetOwnerKeyForTheTestOnly0123456789abcd owner"
 GOOD = {
     "vllm_dual_fast_pull_repo_url": "https://git.example.org/club/fleet.git",
@@ -1057,9 +1279,9 @@ def test_the_roles_signer_files_verify_the_owners_commits(fleet, tmp_path):
                    {"name": "deputy", "ssh_key": SSH_KEY}], [fleet.keys.gpg_public()])
     assert stat.S_IMODE(signers.stat().st_mode) == 0o644
     fleet.commit("r1")
-    fleet.git("tag", "ssh")
+    fleet.tag(name="ssh")
     fleet.commit("r2", sign="gpg")
-    fleet.git("tag", "live")
+    fleet.tag(sign="gpg")
     fleet.settings("ssh")
     fleet.signers.write_text(signers.read_text())
     fleet.gpg_keys.write_text(gpg_keys.read_text())

@@ -1236,7 +1236,7 @@ def test_a_rig_named_like_its_machine_checks_out_once(fleet):
 
 
 def test_each_rig_reads_only_its_own_vaulted_host_vars_with_its_own_vault_id(fleet):
-    # The layout the README gives: host_vars/<rig>.yml vaulted with --vault-id <rig>@...
+    # The layout docs/pull-mode.md gives: host_vars/<rig>.yml vaulted with --vault-id <rig>@...
     (fleet.repo / "host_vars").mkdir()
     (fleet.repo / "host_vars/rig-a.yml").write_text(
         _vaulted("rig-a-token", fleet.tmp, "rig-a", RIG_A_PASSWORD)

@@ -581,6 +581,9 @@ def row_for(host: str, report=None, state=None, missing_state=False, now=None,
         "mtp_acceptance_rate": _number(mtp.get("acceptance_rate")),
         "mtp_acceptance_length": _number(mtp.get("mean_acceptance_length")),
         "downtime_s": _number(report.get("downtime_s")),
+        # The LAN bind over TLS: where, and the certificate clients pin (the report's).
+        "lan_bind": _text(report.get("lan_bind")),
+        "tls_fingerprint_sha256": _text(report.get("tls_fingerprint_sha256")),
         "gates_unseen": gates_unseen(report),
         "healthy": _healthy(report) if report else None,
         "checked_at": _text(report.get("checked_at")),
@@ -738,6 +741,17 @@ def table_row(row: dict) -> list:
 APART_COLUMNS = ("Host", "State", "Release", "Patch", "Report from", "Checked at", "Reason")
 
 
+def tls_lines(rows) -> list:
+    """Markdown lines after the footer: each LAN rig's certificate fingerprint, for clients to
+    pin (curl --cacert inventory/tls/<rig>.pem checks the same certificate)."""
+    lan = [r for r in rows if r.get("lan_bind")]
+    if not lan:
+        return []
+    return (["", "LAN binds over TLS (certificate SHA-256, for clients to pin):", ""]
+            + [f"- {r['host']} {r['lan_bind']}: {r['tls_fingerprint_sha256'] or 'NOT READ'}"
+               for r in lan])
+
+
 def render_markdown(fleet: dict) -> str:
     """The Markdown report: a title, one table row per rig, the footer's lines, then the rigs
     not in this inventory, apart."""
@@ -763,6 +777,7 @@ def render_markdown(fleet: dict) -> str:
                                         row["report_from"], row["checked_at"])]
             out.append("| " + " | ".join(cells + [_cell(row["reason"]) if row["reason"]
                                                   else ""]) + " |")
+    out += tls_lines(fleet["rows"])
     forged = fleet.get("not_verified") or []
     if forged:
         out += ["", f"{len(forged)} uploaded report{'s' if len(forged) != 1 else ''} not "

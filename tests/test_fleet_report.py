@@ -1025,3 +1025,21 @@ def test_gates_that_did_not_see_are_named_before_the_table(tmp_path):
 def test_a_report_whose_gates_all_saw_adds_no_line():
     judged = {"speed": {"result": "pass", "reason": ""}, "mtp": {"result": "off", "reason": ""}}
     assert fleet.unseen_lines([fleet.row_for("a", report("a", judged=judged))]) == []
+
+
+FP = ":".join(["A1"] * 32)
+
+
+def test_each_lan_rigs_certificate_fingerprint_is_listed_for_clients_to_pin():
+    rigs = {"lan": report("lan", lan_bind="0.0.0.0:8000", tls_fingerprint_sha256=FP),
+            "blind": report("blind", lan_bind="0.0.0.0:8000", tls_fingerprint_sha256=""),
+            "local": report("local")}
+    result = fleet.build_fleet(rigs, {}, "now")
+    rows = {r["host"]: r for r in result["rows"]}
+    assert (rows["lan"]["lan_bind"], rows["lan"]["tls_fingerprint_sha256"]) == (
+        "0.0.0.0:8000", FP)
+    assert rows["local"]["tls_fingerprint_sha256"] is None
+    tail = fleet.render_markdown(result).split("LAN binds over TLS")[1]
+    assert f"- lan 0.0.0.0:8000: {FP}" in tail
+    assert "- blind 0.0.0.0:8000: NOT READ" in tail and "- local" not in tail
+

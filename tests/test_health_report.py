@@ -85,6 +85,17 @@ def test_a_healthy_release_already_proven_here():
     assert report["kernel_log_since"] == 1000 and report["restart_count"] == "0"
 
 
+def test_a_lan_bind_reports_where_it_serves_over_tls_and_the_fingerprint_to_pin():
+    fingerprint = ":".join(["7F"] * 32)
+    report = report_of(evidence(lan_bind="0.0.0.0:8000", tls_fingerprint=fingerprint))
+    assert (report["lan_bind"], report["tls_fingerprint_sha256"]) == ("0.0.0.0:8000",
+                                                                       fingerprint)
+    loopback = report_of(evidence())
+    assert (loopback["lan_bind"], loopback["tls_fingerprint_sha256"]) == ("", "")
+    with pytest.raises(jsonschema.ValidationError):  # the schema holds the shape openssl prints
+        jsonschema.validate({**report, "tls_fingerprint_sha256": "7f:" * 31 + "7f"}, SCHEMA)
+
+
 def test_a_recreated_container_reports_its_downtime():
     ev = evidence(health={**evidence()["health"], "down_since": "1000.0"})
     assert report_of(ev)["downtime_s"] == pytest.approx(11.8)     # 1010.25 + 1.5 - 1000

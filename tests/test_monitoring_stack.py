@@ -29,7 +29,7 @@ import yaml
 from ansible_runner import run_playbook
 from rig_metrics_stand_ins import XID_31, CollectorRig
 from test_fleet_report import RigKeys, pulled_report
-from test_nginx_proxy import LAN, METRICS_TOKEN, running_proxy
+from test_nginx_proxy import LAN, METRICS_TOKEN, running_proxy, unverified_tls
 from vllm_double_fixtures import MTP, DoubleServer, double_env, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,6 +120,9 @@ def render(tmp_path, rigs, overrides):
               "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
               "tasks": config_tasks()}]
     env = {"ANSIBLE_FILTER_PLUGINS": str(ROLE / "filter_plugins")}
+    # Outside a role, its default (beside role_path) cannot be read: none fetched, unless given.
+    overrides = {"vllm_dual_fast_monitoring_tls_certs_dir": str(tmp_path / "no-certs"),
+                 **overrides}
     return run_playbook(tmp_path, plays, overrides, env=env,
                         inventory=("-i", str(inventory), "-i", "localhost,", "-c", "local"))
 
@@ -194,7 +197,11 @@ def stack(tmp_path_factory):
             "rig-b": {"vllm_dual_fast_metrics_token": TOKEN},    # loopback only: not scraped
             "rig-c": {"vllm_dual_fast_pull_repo_url": "https://git.invalid/fleet.git"},
         }
+        certs = tmp_path / "controller-tls"  # what rig-a's deploy fetched (tls.yml)
+        certs.mkdir()
+        shutil.copy(proxy["cert"], certs / "rig-a.pem")
         overrides = {
+            "vllm_dual_fast_monitoring_tls_certs_dir": str(certs),
             "_vllm_dual_fast_monitoring_prometheus_dir": str(etc),
             "_vllm_dual_fast_monitoring_group": "root",
             "vllm_dual_fast_monitoring_webhook_url": f"http://127.0.0.1:{receiver_port}/hook",
@@ -223,13 +230,13 @@ def stack(tmp_path_factory):
         wait_until("Prometheus answers", lambda: _ready(f"{api}/status/buildinfo"), 60)
         yield {"api": api, "etc": etc, "logs": logs, "out": out, "collector": collector,
                "engine": stack_state, "engine_env": engine_env, "tmp": tmp_path,
-               "rig_url": f"http://{LAN}:{proxy['port']}"}
+               "rig_url": f"https://{LAN}:{proxy['port']}"}
 
 
 def _status(url, headers=None):
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),  # noqa: S310
-                                    timeout=10) as response:
+                                    timeout=10, context=unverified_tls()) as response:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
@@ -371,6 +378,8 @@ def test_a_configuration_promtool_refuses_leaves_the_one_in_use(tmp_path):
     ({"rig": "a", "bind": "127.0.0.1", "token": "t"}, ("why", "serves on loopback only")),
     ({"rig": "a", "bind": ANY, "token": ""}, ("why", "has no vllm_dual_fast_metrics_token")),
     ({"rig": "a", "bind": ANY, "token": "t", "pull": True}, ("why", "a pull rig")),
+    ({"rig": "a", "bind": ANY, "token": "t", "certificate": False},
+     ("why", "its TLS certificate is not on the controller")),
 ])
 def test_which_rigs_are_scraped_and_why_not(rig, outcome):
     targets_, skipped = filters.scrape_targets([rig])
@@ -399,6 +408,7 @@ def test_e_mail_through_the_owner_s_smtp_server_is_configured_and_its_password_n
     password = "smtp-Secret-0123456789"  # noqa: S105 (test data)
     overrides = {"_vllm_dual_fast_monitoring_prometheus_dir": str(etc),
                  "_vllm_dual_fast_monitoring_group": "root",
+                 "vllm_dual_fast_monitoring_tls_certs_dir": str(tmp_path / "no-certs"),
                  "vllm_dual_fast_monitoring_email_to": "owner@example.org",
                  "vllm_dual_fast_monitoring_email_from": "rigs@example.org",
                  "vllm_dual_fast_monitoring_smtp_smarthost": "mail.example.org:587",

@@ -8,6 +8,8 @@ The project's vLLM double (molecule/images/vllm-double, the same guard, with /in
 /tokenize and /metrics) runs behind a second nginx for the routes it has; the in-test backend
 also has the routes the double lacks and records what reached it.
 
+nginx serves the LAN bind over TLS only, with a self-signed certificate made by the role's own
+tls.yml task; a plain-HTTP request on that port is refused (400) and never reaches the backend.
 Through nginx only /v1/ (key still checked by the backend), /health, and /metrics with its scrape
 token get through; the rest is 404. Streams arrive as they are generated. No secret lands in a
 log. A candidate site file that nginx refuses leaves the installed one in place.
@@ -23,6 +25,7 @@ import http.client
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -35,7 +38,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_runner import ROLE, ROOT, run_playbook
-from vllm_double_fixtures import DoubleServer, double_env
+from vllm_double_fixtures import DoubleServer, double_env, load_file_module
 
 KEY = "sk-proxy-Key-0123456789abcdef"
 METRICS_TOKEN = "scrape-Token-fedcba9876543210"  # noqa: S105 (test data)
@@ -157,6 +160,28 @@ def template_task():
     return task
 
 
+def certificate_tasks():
+    """tls.yml's own tasks that make the rig's self-signed certificate (the folder, then the
+    certificate), as the role runs them before the switch (without their handler)."""
+    tasks = yaml.safe_load((ROLE / "tasks/tls.yml").read_text())
+    chosen = [copy.deepcopy(t) for t in tasks
+              if t["name"].startswith(("Create the folder of the LAN certificate",
+                                       "Read the rig's addresses",
+                                       "Make the rig's self-signed certificate"))]
+    assert len(chosen) == 3
+    for task in chosen:
+        task.pop("notify", None)
+    return chosen
+
+
+def unverified_tls() -> ssl.SSLContext:
+    """A client context that takes any certificate (these tests pin where it matters)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def render_site(tmp_path, paths, ports, **overrides):
     extra = {
         "vllm_dual_fast_bind_address": LAN,
@@ -167,14 +192,15 @@ def render_site(tmp_path, paths, ports, **overrides):
         "_vllm_dual_fast_nginx_dir": str(paths["conf"]),
         "_vllm_dual_fast_nginx_log_dir": str(paths["logs"]),
         "_vllm_dual_fast_nginx_check": str(CHECK),
+        "_vllm_dual_fast_tls_dir": str(paths["conf"].parent / "tls"),
         **overrides,
     }
     plays = [{
-        "name": "Render the proxy site as proxy.yml does",
+        "name": "Make the certificate as tls.yml does, render the site as proxy.yml does",
         "hosts": "localhost",
         "gather_facts": False,
         "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
-        "tasks": [template_task()],
+        "tasks": certificate_tasks() + [template_task()],
     }]
     return run_playbook(tmp_path, plays, extra)
 
@@ -204,7 +230,8 @@ def running_proxy(base: Path, engine_port: int, **overrides):
     try:
         wait_for(ports["lan"], LAN)
         yield {"port": ports["lan"], "paths": paths, "process": process,
-               "site": paths["conf"] / "conf.d/vllm-dual-fast.conf", "base": base}
+               "site": paths["conf"] / "conf.d/vllm-dual-fast.conf", "base": base,
+               "cert": base / "tls" / "self-signed.pem"}
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -216,8 +243,9 @@ def proxy(tmp_path_factory, backend):
         yield running
 
 
-def request(port, method, path, host=LAN, headers=None, body=None):
-    conn = http.client.HTTPConnection(host, port, timeout=10)
+def request(port, method, path, host=LAN, headers=None, body=None, tls=True):
+    conn = (http.client.HTTPSConnection(host, port, timeout=10, context=unverified_tls()) if tls
+            else http.client.HTTPConnection(host, port, timeout=10))
     try:
         payload = json.dumps(body).encode() if body is not None else None
         conn.request(method, path, body=payload, headers={"Content-Type": "application/json",
@@ -234,10 +262,68 @@ CHAT = {"model": "q", "messages": [{"role": "user", "content": "hi"}]}
 
 def test_published_directly_the_engine_serves_chat_without_the_key(backend):
     """The hole: what today's compose file publishes on the bind address."""
-    assert request(backend, "POST", "/invocations", host="127.0.0.1", body=CHAT)[0] == 200
-    assert request(backend, "POST", "/tokenize", host="127.0.0.1", body={})[0] == 200
-    assert request(backend, "GET", "/metrics", host="127.0.0.1")[0] == 200
-    assert request(backend, "POST", "/v1/chat/completions", host="127.0.0.1", body=CHAT)[0] == 401
+    assert request(backend, "POST", "/invocations", host="127.0.0.1", tls=False,
+                   body=CHAT)[0] == 200
+    assert request(backend, "POST", "/tokenize", host="127.0.0.1", tls=False, body={})[0] == 200
+    assert request(backend, "GET", "/metrics", host="127.0.0.1", tls=False)[0] == 200
+    assert request(backend, "POST", "/v1/chat/completions", host="127.0.0.1", tls=False,
+                   body=CHAT)[0] == 401
+
+
+# --- the LAN port speaks only TLS (issue: the API key must not cross the LAN in the clear) ----
+
+lan_face_check = load_file_module("lan_face_check")
+
+
+def served_fingerprint(cert: Path) -> str:
+    done = subprocess.run(["openssl", "x509", "-in", str(cert), "-noout", "-fingerprint",
+                           "-sha256"], capture_output=True, text=True, check=True)
+    return done.stdout.strip().split("=", 1)[1].upper()
+
+
+def test_a_plain_http_request_on_the_lan_port_is_refused_and_never_reaches_the_engine(proxy):
+    # Before: the key crossed the LAN in the clear, and every request here was proxied.
+    GuardLikeVllm.seen.clear()
+    status, body = request(proxy["port"], "POST", "/v1/chat/completions", headers=BEARER,
+                           body=CHAT, tls=False)
+    assert status == 400 and b"plain HTTP request was sent to HTTPS port" in body
+    assert request(proxy["port"], "GET", "/health", tls=False)[0] == 400
+    assert GuardLikeVllm.seen == []
+    assert request(proxy["port"], "GET", "/health")[0] == 200  # over TLS it answers
+
+
+def test_a_client_trusting_the_fetched_certificate_verifies_the_rig_by_its_address(proxy):
+    # What a client does with inventory/tls/<rig>.pem (curl --cacert): the self-signed
+    # certificate names the bind address, so full verification passes, host name included.
+    context = ssl.create_default_context(cafile=str(proxy["cert"]))
+    with (socket.create_connection((LAN, proxy["port"]), timeout=10) as raw,
+          context.wrap_socket(raw, server_hostname=LAN) as tls):
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+        der = tls.getpeercert(binary_form=True)
+    assert lan_face_check.fingerprint_of(der) == served_fingerprint(proxy["cert"])
+    other = ssl.create_default_context(cafile=str(proxy["cert"]))
+    with (pytest.raises(ssl.SSLCertVerificationError),
+          socket.create_connection((LAN, proxy["port"]), timeout=10) as raw):
+        other.wrap_socket(raw, server_hostname="another-rig.lan")
+
+
+def test_the_lan_face_check_passes_pinned_and_sends_nothing_to_another_certificate(
+        proxy, monkeypatch, capsys):
+    pin = served_fingerprint(proxy["cert"])
+    monkeypatch.setenv("VDF_TEST_KEY", KEY)
+    args = ["--host", LAN, "--port", str(proxy["port"]), "--key-env", "VDF_TEST_KEY"]
+    assert lan_face_check.main(args + ["--fingerprint", pin.lower().replace(":", "")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["fingerprint"] == pin and result["problems"] == []
+    assert result["checks"] == {"health": 200, "invocations": 404, "plain-health": 400,
+                                "v1-without-key": 401, "v1-with-key": 200}
+    GuardLikeVllm.seen.clear()
+    wrong = "AB:" * 31 + "AB"
+    assert lan_face_check.main(args + ["--fingerprint", wrong, "--lines", "nginx-"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "nginx-fingerprint mismatch" in lines and "nginx-v1-with-key pin-mismatch" in lines
+    assert GuardLikeVllm.seen == []  # the key went nowhere
+    assert lan_face_check.main(args + ["--fingerprint", "not-hex"]) == 2
 
 
 @pytest.mark.parametrize("path", UNGUARDED_POSTS)
@@ -484,7 +570,7 @@ def test_an_ipv6_bind_is_written_in_brackets_and_passes_nginx_s_check(tmp_path, 
     result, out = render_site(tmp_path, paths, ports, vllm_dual_fast_bind_address="::1")
     assert result.returncode == 0, out
     site = (paths["conf"] / "conf.d/vllm-dual-fast.conf").read_text()
-    assert f"listen [::1]:{ports['lan']};" in site
+    assert f"listen [::1]:{ports['lan']} ssl;" in site
 
 
 def test_the_engine_is_on_loopback_whenever_the_bind_is_not(tmp_path):
@@ -682,7 +768,7 @@ DOUBLE_CHAT = {"model": "q", "max_tokens": 8, "messages": [{"role": "user", "con
 
 def test_the_double_published_directly_serves_chat_tokenize_and_metrics_without_the_key(double):
     def direct(method, path):
-        return request(double.port, method, path, host="127.0.0.1", body=DOUBLE_CHAT)[0]
+        return request(double.port, method, path, host="127.0.0.1", tls=False, body=DOUBLE_CHAT)[0]
 
     assert direct("POST", "/invocations") == 200
     assert direct("POST", "/tokenize") == 200
@@ -706,7 +792,8 @@ def test_behind_the_proxy_the_double_serves_only_keyed_chat_health_and_scraped_m
 
 
 def test_the_doubles_stream_arrives_token_by_token_through_the_proxy(double_proxy):
-    conn = http.client.HTTPConnection(LAN, double_proxy["port"], timeout=30)
+    conn = http.client.HTTPSConnection(LAN, double_proxy["port"], timeout=30,
+                                       context=unverified_tls())
     start = time.monotonic()
     conn.request("POST", "/v1/chat/completions", body=json.dumps({**DOUBLE_CHAT, "stream": True}),
                  headers={"Content-Type": "application/json", **BEARER})

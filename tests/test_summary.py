@@ -137,3 +137,14 @@ def test_the_summary_script_prints_the_verdict_and_exits_by_it(tmp_path):
     unknown = subprocess.run(run + [str(newer), str(bad)], capture_output=True, text=True,
                              check=False)
     assert unknown.returncode == 2 and "unknown schema version 3" in unknown.stdout
+
+
+def test_a_lan_bind_prints_the_certificate_fingerprint_clients_pin():
+    fingerprint = ":".join(["7F"] * 32)
+    lines = summary.verdict_lines(report(lan_bind="0.0.0.0:8000",
+                                         tls_fingerprint_sha256=fingerprint))
+    assert f"  LAN: TLS only on 0.0.0.0:8000, certificate SHA-256 {fingerprint} (clients pin it)" \
+        in lines
+    unread = summary.verdict_lines(report(lan_bind="0.0.0.0:8000", tls_fingerprint_sha256=""))
+    assert any("certificate SHA-256 NOT READ" in line for line in unread)
+    assert not [line for line in summary.verdict_lines(report()) if "LAN:" in line]

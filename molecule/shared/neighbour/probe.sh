@@ -10,6 +10,8 @@
 #   LOOPBACK_PORT  the engine's port published on the rig's loopback
 #   PUBLIC_PORT    nginx's port on the rig; KEY, the API key. Empty PUBLIC_PORT: a rig with no
 #                  nginx (tests/test_engine_guard.py), the nginx probes are left out
+#   FINGERPRINT    the SHA-256 of the certificate the rig's verdict printed: nginx speaks only
+#                  TLS, asked through /lan_face_check.py (files/lan_face_check.py) pinned to it
 #   DECOY_ADDR, DECOY_LOOPBACK_PORT  a plain web server the test started in the rig, unguarded:
 #                  what it answers shows the neighbour's tricks work on this Docker
 set -u
@@ -38,11 +40,12 @@ probe() {  # name addr port method path [authorization]
   echo "$1 $(request "${@:2}")"
 }
 
-# The way in that is meant: nginx on the rig's address.
+# The way in that is meant: nginx on the rig's address, over TLS pinned to the verdict's
+# fingerprint (nginx-health, -invocations, -v1-with-key, -v1-without-key, -fingerprint), and the
+# same port asked in plain HTTP (nginx-plain-health: refused).
 if [ -n "${PUBLIC_PORT:-}" ]; then
-  probe nginx-v1-with-key "$RIG" "$PUBLIC_PORT" GET /v1/models "Bearer $KEY"
-  probe nginx-health "$RIG" "$PUBLIC_PORT" GET /health
-  probe nginx-invocations "$RIG" "$PUBLIC_PORT" POST /invocations
+  python3 /lan_face_check.py --host "$RIG" --port "$PUBLIC_PORT" --fingerprint "$FINGERPRINT" \
+    --key-env KEY --lines nginx- || true
 fi
 
 # Direct routing: the container's address via the rig (it forwards between its interfaces).

@@ -837,6 +837,9 @@ def health_report(evidence):
         "previous_speed": speed_baseline(health.get("baseline_report"),
                                          health.get("baseline_release"))[0],
         "upgrades": upgrades_state(evidence.get("upgrade_guard"), evidence.get("driver_holds")),
+        # The LAN bind over TLS: where, and the certificate clients pin (empty on loopback).
+        "lan_bind": str(evidence.get("lan_bind") or ""),
+        "tls_fingerprint_sha256": str(evidence.get("tls_fingerprint") or ""),
     }
 
 

@@ -111,6 +111,9 @@ def verdict_lines(report, report_path=""):
         extra.append(f"switch downtime {report['downtime_s']:g} s")
     if extra:
         lines.append("  " + "; ".join(extra))
+    if report.get("lan_bind"):
+        lines.append(f"  LAN: TLS only on {report['lan_bind']}, certificate SHA-256 "
+                     f"{report.get('tls_fingerprint_sha256') or 'NOT READ'} (clients pin it)")
     xid = report.get("kernel_xid_lines") or []
     if xid:
         lines.append(f"  kernel: {len(xid)} Xid line{'s' if len(xid) != 1 else ''}, first: "

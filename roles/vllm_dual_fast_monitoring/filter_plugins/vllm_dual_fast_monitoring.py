@@ -3,24 +3,28 @@
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def rig_facts(names, varsets):
+def rig_facts(names, varsets, certified=()):
     """One dict per rig, what scrape_targets reads, from the rigs' inventory variables (the
-    rig role's defaults where a rig sets none: port 8000, loopback bind, no token)."""
+    rig role's defaults where a rig sets none: port 8000, loopback bind, no token). certified:
+    the rigs whose served TLS certificate the controller holds (their deploys fetched it)."""
     facts = []
     for name, found in zip(names, varsets, strict=True):
         facts.append({"rig": name, "address": found.get("ansible_host", name),
                       "port": found.get("vllm_dual_fast_port", 8000),
                       "bind": found.get("vllm_dual_fast_bind_address", "127.0.0.1"),
                       "token": found.get("vllm_dual_fast_metrics_token", ""),
-                      "pull": bool(found.get("vllm_dual_fast_pull_repo_url", ""))})
+                      "pull": bool(found.get("vllm_dual_fast_pull_repo_url", "")),
+                      "certificate": name in set(certified or ())})
     return facts
 
 
 def scrape_targets(rigs):
     """(targets, skipped) from one dict per rig of the rig group: {rig, address, port, bind,
-    token, pull}. A rig is scraped through its nginx at address:port when it publishes on the
-    LAN (a bind address not loopback) with a metrics token and is not a pull rig (behind NAT:
-    seen through its reports). targets: [{rig, target}]; skipped: [{rig, why}]."""
+    token, pull, certificate}. A rig is scraped through its nginx at address:port, over TLS
+    trusting the certificate its deploy fetched, when it publishes on the LAN (a bind address
+    not loopback) with a metrics token, that certificate is on the controller, and it is not a
+    pull rig (behind NAT: seen through its reports). targets: [{rig, target}]; skipped:
+    [{rig, why}]."""
     targets, skipped = [], []
     for rig in rigs:
         name = rig["rig"]
@@ -30,6 +34,9 @@ def scrape_targets(rigs):
             skipped.append({"rig": name, "why": "serves on loopback only (no LAN proxy to scrape)"})
         elif not rig.get("token"):
             skipped.append({"rig": name, "why": "has no vllm_dual_fast_metrics_token"})
+        elif not rig.get("certificate", True):
+            skipped.append({"rig": name, "why": "its TLS certificate is not on the controller "
+                            "(vllm_dual_fast_monitoring_tls_certs_dir/<rig>.pem): deploy it"})
         else:
             address = str(rig.get("address") or name)
             host = f"[{address}]" if ":" in address and not address.startswith("[") else address

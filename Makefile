@@ -82,7 +82,7 @@ demo-clean:
 	./scripts/sim-rig.sh down
 
 # Before moving a fleet's image: what the flashinfer-python and vllm releases on the package index
-# that the patch registry has not checked mean for the patch (README, "Upstream watch").
+# that the patch registry has not checked mean for the patch (docs/operations.md, "Upstream watch").
 # WATCH_ARGS: --json, --record, --from vllm=0.27.1. Exit 0 nothing new, 3 patch still needed,
 # 4 drop_when met, 2 the patcher or flags check must learn first, 1 could not run.
 upstream-watch: venv

@@ -17,8 +17,8 @@ print(" ".join(p for p in seq[:len(seq) - seq[::-1].index("verify")] if p != "de
 }
 # The strategy a scenario's idempotence phase runs under (its molecule.yml's provisioner env
 # VDF_IDEMPOTENCE_STRATEGY; empty: as every other phase). That phase re-runs converge on rigs
-# that are already converged, so nothing reboots in it and Mitogen can take it (README, "Faster
-# runs with Mitogen"); converge itself stays on stock Ansible where it reboots a rig.
+# that are already converged, so nothing reboots in it and Mitogen can take it (docs/operations.md,
+# "Faster runs with Mitogen"); converge itself stays on stock Ansible where it reboots a rig.
 idempotence_strategy_of() {
   python3 -c 'import sys, yaml
 env = (yaml.safe_load(open(sys.argv[1])).get("provisioner") or {}).get("env") or {}

@@ -66,7 +66,7 @@ leftovers() {  # what the tests left where a person's real files go: new reports
 
 # The scenarios of each lane, in the order given. With VDF_LANES=3 a third lane runs the
 # scenarios in VDF_OWN_LANE (default "fleet") from the start, and pytest is followed by
-# VDF_AFTER_PYTEST's (default "driver"). Measured once (README "Tests"): no faster than two
+# VDF_AFTER_PYTEST's (default "driver"). Measured once (docs/testing.md, "Tests"): no faster than two
 # lanes on two cores, since every scenario slowed beside the others.
 if [ "${VDF_LANES:-2}" -ge 3 ]; then
   after_default="driver" own_default="fleet"

@@ -1,7 +1,7 @@
 """Mitogen's linear strategy under the name its documents use, found through the virtualenv's
 import path (requirements-dev.txt pins mitogen) rather than a path into site-packages that
 changes with the Python version. ansible.cfg's strategy_plugins names this folder; a run opts
-in with ANSIBLE_STRATEGY=mitogen_linear (README, "Faster runs with Mitogen")."""
+in with ANSIBLE_STRATEGY=mitogen_linear (docs/operations.md, "Faster runs with Mitogen")."""
 
 from ansible.errors import AnsibleError
 

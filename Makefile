@@ -12,7 +12,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SCENARIOS ?= deploy fleet existing driver
 
-.PHONY: setup system venv bytecode engine engine-stop images host-packages lint pytest molecule test demo demo-clean upstream-watch
+.PHONY: setup system venv bytecode engine engine-stop images host-packages lint docs pytest molecule test demo demo-clean upstream-watch
 
 setup: venv system
 
@@ -56,6 +56,10 @@ lint: venv
 	ruff check .
 	yamllint -s .
 	ansible-lint --profile production
+
+# The variable reference, docs/variables.md, from the roles' argument specs (pytest checks it).
+docs: venv
+	python3 scripts/variables-doc.py
 
 # Two workers, each taking whole test files (a file's fixtures stay in one process): about 7
 # minutes here instead of 11.

@@ -863,18 +863,23 @@ def test_a_signature_past_its_valid_until_is_expired_until_the_owner_signs_again
     server.shutdown()
 
 
+# Times as days from now, made in the test: a time in a parameter would give each pytest-xdist
+# worker another test id, and xdist refuses to run workers that collected different tests.
 @pytest.mark.parametrize(("kind", "commit_until", "tag_until", "reason"), [
     ("tag", VALID, None, "no signed Valid-Until (a YYYY-MM-DDTHH:MM:SSZ line in the tag's"),
     ("tag", VALID, "next tuesday", "no signed Valid-Until"),
-    ("tag", VALID, utc_in(40), "is more than 31 days after it was signed"),
+    ("tag", VALID, 40, "is more than 31 days after it was signed"),
     ("branch", None, None, "no signed Valid-Until (a YYYY-MM-DDTHH:MM:SSZ line in the branch's"),
-    ("branch", utc_in(-1), None, "expired"),
-])
+    ("branch", -1, None, "expired"),
+], ids=["tag-without", "tag-not-a-time", "tag-too-far", "branch-without", "branch-past"])
 def test_a_ref_without_a_signed_valid_until_in_bounds_applies_nothing(
         fleet, kind, commit_until, tag_until, reason):
-    commit = fleet.commit("r1", valid_until=commit_until)
+    def when(until):
+        return utc_in(until) if isinstance(until, int) else until
+
+    commit = fleet.commit("r1", valid_until=when(commit_until))
     if kind == "tag":
-        fleet.tag(valid_until=tag_until)
+        fleet.tag(valid_until=when(tag_until))
         fleet.settings("live")
     else:
         fleet.settings("main", VDF_PULL_REF_KIND="branch")

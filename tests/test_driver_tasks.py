@@ -24,6 +24,9 @@ needs_apt = pytest.mark.skipif(
 )
 
 
+ROLE_VARS = yaml.safe_load((ROLE / "vars/main.yml").read_text())
+
+
 def play(tasks, vars_files=()):
     return [
         {
@@ -573,6 +576,7 @@ def test_cuda_repo_source_gives_way_to_an_owners_cuda_keyring_source(tmp_path):
     ids=["fresh", "owner-has-both", "owner-has-the-toolkit"],
 )
 def test_container_stack_adds_only_the_sources_the_owner_lacks(tmp_path, owner_has, role_adds):
+    record = tmp_path / "state/docker-installed-by-role.json"
     etc = tmp_path / "etc/apt"
     (etc / "sources.list.d").mkdir(parents=True)
     docker_url = f"file:{tmp_path}/docker/linux/debian"
@@ -606,9 +610,20 @@ def test_container_stack_adds_only_the_sources_the_owner_lacks(tmp_path, owner_h
             "vllm_dual_fast_docker_repo_key_url": f"{docker_url}/gpg",
             "vllm_dual_fast_nvidia_ctk_repo_url": ctk_url,
             "vllm_dual_fast_nvidia_ctk_key_url": f"{ctk_url}/gpgkey",
+            # The record of an engine the role installed goes here, not into this machine's /var/lib.
+            "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
+            "_vllm_dual_fast_docker_by_role_file": str(record),
+            "_vllm_dual_fast_docker_engines": ROLE_VARS["_vllm_dual_fast_docker_engines"],
         },
     )
     assert result.returncode == 0, out
+    # Recorded as the role's engine only where dpkg knew none before the run (this machine's).
+    engines = subprocess.run(
+        ["dpkg-query", "-W", "-f=${db:Status-Status} ${Package}\n",
+         *ROLE_VARS["_vllm_dual_fast_docker_engines"]],
+        capture_output=True, text=True, check=False).stdout
+    assert record.exists() is not any(line.startswith("installed ")
+                                      for line in engines.splitlines())
     added = {
         p.name.removeprefix("vllm-dual-fast-").removesuffix(".sources")
         for p in (etc / "sources.list.d").glob("vllm-dual-fast-*.sources")

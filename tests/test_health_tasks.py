@@ -20,6 +20,10 @@ from kernel_log_stand_ins import install_kernel_log_tools
 ROOT = Path(__file__).parents[1]
 HEALTH = yaml.safe_load((ROLE / "tasks/health.yml").read_text())
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
+# The role's own derived variables health.yml reads (the bind: loopback by default here).
+ROLE_VARS = {k: v for k, v in yaml.safe_load((ROLE / "vars/main.yml").read_text()).items()
+             if k in ("_vllm_dual_fast_proxied", "_vllm_dual_fast_loopback_addresses",
+                      "_vllm_dual_fast_bind_host")}
 RACE_TASK = "Run the GPU race check inside the new container (canary)"
 KERNEL_LOG_TASK = "Read the kernel lines written since the window opened"
 IMAGE = "vdf-target:debian13"  # built by make images; has python3, like a vLLM image
@@ -208,7 +212,7 @@ def judge(tmp_path, previous_report, previous, race_rc=0, race_stderr="", **chan
     }]
     smoke = {"ok": True, "failures": [], "speed": SPEED_SLOWER}
     facts = {
-        **DEFAULTS, "vllm_dual_fast_gate_soak_s": 5,
+        **DEFAULTS, **ROLE_VARS, "vllm_dual_fast_gate_soak_s": 5,
         "_vllm_dual_fast_health": health_input("/opt/releases/rel-b", baseline_release=previous,
                                                baseline_report=previous_report),
         "_vllm_dual_fast_smoke": {"rc": 0, "stdout": json.dumps(smoke), "stderr": ""},
@@ -325,7 +329,7 @@ def test_a_race_check_that_faults_the_gpu_fails_health(tmp_path):
                                " | to_json }}", "dest": str(out), "mode": "0644"}}],
         }]
         facts = {
-            **DEFAULTS, "_vllm_dual_fast_container": name,
+            **DEFAULTS, **ROLE_VARS, "_vllm_dual_fast_container": name,
             "_vllm_dual_fast_health": health_input(str(serving)),
             "_vllm_dual_fast_smoke": {"rc": 0, "stdout": json.dumps(smoke), "stderr": ""},
             "_vllm_dual_fast_soak": {"skipped": True},

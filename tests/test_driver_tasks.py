@@ -610,7 +610,7 @@ def test_container_stack_adds_only_the_sources_the_owner_lacks(tmp_path, owner_h
             "vllm_dual_fast_docker_repo_key_url": f"{docker_url}/gpg",
             "vllm_dual_fast_nvidia_ctk_repo_url": ctk_url,
             "vllm_dual_fast_nvidia_ctk_key_url": f"{ctk_url}/gpgkey",
-            # The record of an engine the role installed goes here, not into this machine's /var/lib.
+            # The role's record of an engine it installed goes here, not into /var/lib.
             "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
             "_vllm_dual_fast_docker_by_role_file": str(record),
             "_vllm_dual_fast_docker_engines": ROLE_VARS["_vllm_dual_fast_docker_engines"],
@@ -1075,3 +1075,28 @@ def test_held_driver_packages_count_as_installed(tmp_path):
     assert result.returncode == 0, out
     assert recap(out)["changed"] == 0, out
     assert not (root / "apt-calls").exists() or not (root / "apt-calls").read_text().strip(), out
+
+
+@pytest.mark.parametrize(("installed", "recorded"), [
+    ([], True),                                  # no engine before the run: the role's
+    (["docker.io", "containerd", "runc"], False),   # the owner's Debian engine
+    (["docker-ce", "containerd.io"], False),        # the owner's engine from Docker's repository
+])
+def test_only_an_engine_the_role_installed_is_recorded_as_the_roles(tmp_path, installed,
+                                                                    recorded):
+    """container_stack.yml's own record tasks, given what dpkg held before the run: the record
+    decides whether maintenance runs move runc and containerd (maintain.yml)."""
+    record = tmp_path / "state/docker-installed-by-role.json"
+    tasks = [t for t in role_tasks("container_stack.yml")
+             if t["name"] in ("Create the role's state folder",
+                              "Record that the role installed the Docker engine")]
+    assert len(tasks) == 2
+    result, out = run_playbook(tmp_path, play(tasks), {
+        "_vllm_dual_fast_installed": installed,
+        "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
+        "_vllm_dual_fast_docker_by_role_file": str(record),
+        "_vllm_dual_fast_docker_engines": ROLE_VARS["_vllm_dual_fast_docker_engines"]})
+    assert result.returncode == 0, out
+    assert record.exists() is recorded
+    if recorded:
+        assert "installed_at" in json.loads(record.read_text())

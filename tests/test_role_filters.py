@@ -121,6 +121,14 @@ def test_serve_args_carry_the_reference_configuration():
     assert "--disable-custom-all-reduce" in args
 
 
+def test_prefix_caching_and_chunked_prefill_off_are_said_since_vllm_turns_both_on_by_default():
+    # Found on the real vLLM 0.27.1 (the real_engine rig): with neither flag its V1 engine
+    # caches prefixes, which with MTP on a CPU dies at the first request.
+    args = filters.serve_args(dict(REFERENCE, prefix_caching=False, chunked_prefill=False))
+    assert "--no-enable-prefix-caching" in args and "--enable-prefix-caching" not in args
+    assert "--no-enable-chunked-prefill" in args and "--enable-chunked-prefill" not in args
+
+
 def test_nvlink_keeps_custom_all_reduce_and_p2p():
     cfg = dict(REFERENCE, nvlink=True)
     assert "--disable-custom-all-reduce" not in filters.serve_args(cfg)

@@ -99,10 +99,11 @@ def serve_args(cfg):
         "--max-num-batched-tokens", str(cfg["max_num_batched_tokens"]),
         "--kv-cache-dtype", cfg["kv_cache_dtype"],
     ]
-    if cfg.get("prefix_caching"):
-        args.append("--enable-prefix-caching")
-    if cfg.get("chunked_prefill"):
-        args.append("--enable-chunked-prefill")
+    # Both ways spelled out: vLLM's V1 engine turns both on when neither flag is given.
+    args.append("--enable-prefix-caching" if cfg.get("prefix_caching")
+                else "--no-enable-prefix-caching")
+    args.append("--enable-chunked-prefill" if cfg.get("chunked_prefill")
+                else "--no-enable-chunked-prefill")
     if cfg.get("reasoning_parser"):
         args += ["--reasoning-parser", cfg["reasoning_parser"]]
     if cfg.get("tool_calling", True) and cfg.get("tool_call_parser"):

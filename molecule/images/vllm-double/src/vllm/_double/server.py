@@ -773,6 +773,9 @@ class Engine:
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 16
         if not isinstance(max_tokens, int) or max_tokens < 1:
             return 400, error_body("max_tokens must be a positive integer", "BadRequestError")
+        too_long = self.over_context(messages, max_tokens)
+        if too_long:
+            return 400, too_long
         if self.dead.is_set():
             return 500, error_body(ENGINE_DEAD, "InternalServerError", 500)
         with self.lock:
@@ -916,6 +919,28 @@ class Engine:
         return 200, {"count": len(tokens), "max_model_len": self.model_len(), "tokens": tokens,
                      "token_strs": None}
 
+    def over_context(self, messages, max_tokens: int):
+        """vLLM 0.27.1's 400 for a request that cannot fit max_model_len (vllm/renderers/
+        params.py; bodies recorded from the real engine, tests/test_engine_contract.py), or
+        None. Its tokenizer stops at one token past what fits, hence "at least"."""
+        limit = self.model_len()
+        if max_tokens > limit:
+            return error_body(
+                f"max_tokens={max_tokens} cannot be greater than max_model_len=max_total_tokens="
+                f"{limit}. Please request fewer output tokens. (parameter=max_tokens, "
+                f"value={max_tokens})", "BadRequestError", param="max_tokens")
+        fits = limit - max_tokens
+        prompt = min(count_tokens(messages), fits + 1)
+        if prompt <= fits:
+            return None
+        at_least = "at least " if prompt == fits + 1 else ""
+        return error_body(
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{max_tokens} output tokens and your prompt contains {at_least}{prompt} input "
+            f"tokens, for a total of {at_least}{prompt + max_tokens} tokens. Please reduce the "
+            f"length of the input prompt or the number of requested output tokens. "
+            f"(parameter=input_tokens, value={prompt})", "BadRequestError", param="input_tokens")
+
     def model_len(self) -> int:
         """--max-model-len, or the checkpoint's (the double's: 40960) when unset or auto."""
         length = self.max_model_len
@@ -931,6 +956,10 @@ class Engine:
             ("vllm:prompt_tokens", "Number of prefill tokens processed.", [(labels, prompt)]),
             ("vllm:generation_tokens", "Number of generation tokens processed.",
              [(labels, generated)]),
+            # The double never preempts (its KV cache is a count); the real vLLM exports it
+            # from the start, and the alert rules read it.
+            ("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+             [(labels, 0)]),
         ]
         if self.spec_tokens >= 1 and self.spec_metrics != "dropped":
             counts = spec_counts(generated, self.spec_tokens, self.acceptance)
@@ -984,8 +1013,8 @@ class Engine:
             for name in self.served_names]}
 
 
-def error_body(message: str, kind: str, code: int = 400) -> dict:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+def error_body(message: str, kind: str, code: int = 400, param=None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 class Handler(BaseHTTPRequestHandler):

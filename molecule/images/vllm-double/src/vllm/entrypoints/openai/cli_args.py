@@ -117,6 +117,11 @@ def make_arg_parser(parser: FlexibleArgumentParser) -> FlexibleArgumentParser:
     # 0.27.1: the names of vllm.config.cache.CacheDType as choices; 0.33.0: any string here,
     # CacheConfig refuses an unknown one at start (see vllm._double.server).
     eng.add_argument("--kv-cache-dtype", type=str, choices=cache.PARSER_CHOICES, default="auto")
+    # A byte count, vLLM's own option type (optional_type(human_readable_int)): e.g. 134217728.
+    eng.add_argument("--kv-cache-memory-bytes", type=human_readable_int, default=None)
+    eng.add_argument("--mamba-ssm-cache-dtype", choices=["auto", "bfloat16", "float16", "float32"],
+                     default="auto")
+    eng.add_argument("--language-model-only", action=boolean, default=False)
     eng.add_argument("--enable-prefix-caching", action=boolean, default=None)
     eng.add_argument("--enable-chunked-prefill", action=boolean, default=None)
     eng.add_argument("--max-num-seqs", type=int, default=None)

@@ -1,0 +1,130 @@
+"""The vLLM double held to the real vLLM: the same requests (tests/engine_contract.py) to the real
+vLLM 0.27.1 (its CPU build, image vdf-vllm-cpu:0.27.1, started here as the role starts it: the
+role's serve argv with the real_engine group's substitutions, its environment, the API key from
+VLLM_API_KEY) and to the double with the same argv. Every difference in what the project
+depends on fails, and a double with one metric renamed and one status code changed is caught.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from engine_contract import compare, health_while_starting, observe  # noqa: E402
+from vllm_double_fixtures import (  # noqa: E402
+    DOUBLE_SRC,
+    ROOT,
+    DoubleServer,
+    double_env,
+    free_port,
+    role_cfg,
+    role_filters,
+)
+
+REAL_IMAGE = "vdf-vllm-cpu:0.27.1"
+KEY = "contract-key"
+REAL_ENGINE_VARS = ROOT / "inventory" / "group_vars" / "real_engine" / "main.yml"
+
+
+def real_engine_overrides() -> dict:
+    """The real_engine group's substitutions of the role's serve variables."""
+    group = yaml.safe_load(REAL_ENGINE_VARS.read_text())
+    return {k: v for k, v in group.items()
+            if k.startswith("vllm_dual_fast_") and "{{" not in str(v)}
+
+
+@pytest.fixture(scope="module")
+def serving():
+    """(serve argv after the model, environment, model, served name, max_model_len)."""
+    cfg = role_cfg(**real_engine_overrides())
+    filters = role_filters()
+    args = filters.serve_args(cfg)
+    # The role's --host/--port are the container's; each server here gets a loopback port.
+    for flag in ("--host", "--port"):
+        i = args.index(flag)
+        del args[i:i + 2]
+    return (args[1:], filters.serve_environment(cfg), args[0], cfg["served_model_name"],
+            int(cfg["max_model_len"]))
+
+
+def docker(*args, check=True, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
+                          check=check)
+
+
+@pytest.fixture(scope="module")
+def real(serving, tmp_path_factory):
+    """The real engine in a container on loopback: its start-up /health answers, then what it
+    answered to the contract's requests."""
+    args, env, model, served, max_model_len = serving
+    assert docker("image", "inspect", REAL_IMAGE, check=False).returncode == 0, \
+        f"{REAL_IMAGE} is missing: make images builds it"
+    cache = tmp_path_factory.mktemp("real-hf")
+    name, port = f"vdf-contract-real-{os.getpid()}", free_port()
+    mount = f"--volume={cache}:/root/.cache/huggingface"
+    docker("run", "--rm", mount, "--entrypoint=hf", REAL_IMAGE, "download", model)
+    env_args = [f"--env={k}={v}" for k, v in sorted(env.items())]
+    docker("run", "--detach", f"--name={name}", "--label=vdf.test=engine-contract",
+           "--shm-size=1g", f"--publish=127.0.0.1:{port}:8000", mount, *env_args,
+           f"--env=VLLM_API_KEY={KEY}", REAL_IMAGE, model, "--port", "8000", *args)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        starting = health_while_starting(base, 300)
+        if starting[-1] != 200:
+            pytest.fail("the real engine never answered /health 200:\n"
+                        + docker("logs", "--tail", "40", name, check=False).stderr)
+        yield {"starting": starting, "observed": observe(base, KEY, served, max_model_len)}
+    finally:
+        docker("rm", "--force", name, check=False)
+
+
+def start_double(tmp_path, src, serving):
+    args, env, model, served, max_model_len = serving
+    environment = double_env(tmp_path, **env)
+    environment.update({"PYTHONPATH": str(src), "VLLM_API_KEY": KEY, "VLLM_DOUBLE_STARTUP_S": "1",
+                        "VLLM_DOUBLE_LATENCY_S": "0"})
+    # The weights first, with the double's own hub client, as the role does before serving.
+    download = subprocess.run([sys.executable, "-m", "vllm._double.hf_cli", "download", model],
+                              env=environment, capture_output=True, text=True, timeout=60)
+    assert download.returncode == 0, download.stderr
+    server = DoubleServer(tmp_path, args, model=model, env=environment).start(wait=False)
+    starting = health_while_starting(server.base_url, 30)
+    return server, starting, observe(server.base_url, KEY, served, max_model_len)
+
+
+def test_the_double_answers_what_the_project_depends_on_as_the_real_vllm_does(
+        real, serving, tmp_path):
+    server, starting, observed = start_double(tmp_path, DOUBLE_SRC, serving)
+    try:
+        assert starting == real["starting"] == ["refused", 200]
+        assert real["observed"]["health"] == 200 and real["observed"]["chat"]["status"] == 200
+        differences = compare(real["observed"], observed)
+        assert differences == [], "the double differs from the real vLLM 0.27.1:\n" + "\n".join(
+            differences)
+    finally:
+        server.stop()
+
+
+def test_a_double_with_a_renamed_metric_or_another_status_code_is_caught(
+        real, serving, tmp_path):
+    src = tmp_path / "mutated-src"
+    shutil.copytree(DOUBLE_SRC, src, ignore=shutil.ignore_patterns("__pycache__"))
+    server_py = src / "vllm" / "_double" / "server.py"
+    text = server_py.read_text()
+    unauthorized = 'self.send_json(401, {"error": "Unauthorized"})'
+    assert '"vllm:num_preemptions"' in text and unauthorized in text
+    server_py.write_text(text.replace('"vllm:num_preemptions"', '"vllm:num_preemptions_count"')
+                         .replace(unauthorized, unauthorized.replace("401", "403")))
+    server, _, observed = start_double(tmp_path, src, serving)
+    try:
+        differences = compare(real["observed"], observed)
+    finally:
+        server.stop()
+    assert any(d.startswith("metrics.vllm:num_preemptions_total: real ['counter'")
+               and "double 'absent'" in d for d in differences), differences
+    assert any(d.startswith("models.no_key.status: real 401, double 403") for d in differences)

@@ -12,8 +12,10 @@ up() {
   if [ "$(docker inspect -f '{{.State.Running}}' "${NAME}" 2>/dev/null)" != "true" ]; then
     docker rm -f "${NAME}" >/dev/null 2>&1 || true
     mkdir -p "${CACHE}/apt-archives/debian13"
+    # --shm-size: the engine shares the rig's /dev/shm (ipc: host); Docker's 64 MiB stops the
+    # real vLLM at start ("Insufficient space in /dev/shm: 160 MiB required").
     docker run -d --name "${NAME}" --hostname "${NAME}" --privileged --cgroupns=private \
-      --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
+      --tmpfs /run --tmpfs /run/lock --tmpfs /tmp --shm-size 2g \
       -v "${NAME}-docker:/var/lib/docker" \
       -v "${CACHE}/apt-archives/debian13:/var/cache/apt/archives" \
       vdf-target:debian13 >/dev/null

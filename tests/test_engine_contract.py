@@ -5,7 +5,9 @@ VLLM_API_KEY) and to the double with the same argv. Every difference in what the
 depends on fails, and a double with one metric renamed and one status code changed is caught.
 """
 
+import importlib.util
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -78,7 +80,8 @@ def real(serving, tmp_path_factory):
         if starting[-1] != 200:
             pytest.fail("the real engine never answered /health 200:\n"
                         + docker("logs", "--tail", "40", name, check=False).stderr)
-        yield {"starting": starting, "observed": observe(base, KEY, served, max_model_len)}
+        yield {"starting": starting, "observed": observe(base, KEY, served, max_model_len),
+               "base_url": base, "served": served}
     finally:
         docker("rm", "--force", name, check=False)
 
@@ -128,3 +131,26 @@ def test_a_double_with_a_renamed_metric_or_another_status_code_is_caught(
     assert any(d.startswith("metrics.vllm:num_preemptions_total: real ['counter'")
                and "double 'absent'" in d for d in differences), differences
     assert any(d.startswith("models.no_key.status: real 401, double 403") for d in differences)
+
+
+def smoke_module():
+    spec = importlib.util.spec_from_file_location(
+        "vdf_smoke", ROOT / "roles" / "vllm_dual_fast" / "files" / "smoke.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_built_model_answers_the_sums_and_every_mtp_draft_is_accepted_on_real_vllm(real):
+    # What make_model.py promises, judged by the health check's own functions on the real
+    # engine: the answer check (random pairs) and the speed run's spec-decode counters.
+    smoke = smoke_module()
+    endpoint = smoke.Endpoint(real["base_url"], KEY)
+    for seed in range(12):
+        rng = random.Random(seed)  # noqa: S311 (the question's numbers)
+        record, why = smoke.run_answer_check(endpoint, real["served"], rng)
+        assert why is None and record["ok"], record
+    speed, failures = smoke.run_speed(endpoint, real["served"], 4, 32, 1)
+    assert failures == []
+    assert speed["spec_decode"]["drafts"] > 0
+    assert speed["spec_decode"]["acceptance_rate"] == 1.0

@@ -20,6 +20,7 @@ seconds on a CPU). The circuit, in the hidden state's coordinates (HIDDEN = 384)
 The attention layer's query at the reply marker matches every number token's key (about 30
 logits over anything else), so the marker gathers both numbers; the MLP has one neuron per
 pair (A, B), firing only when both are present, which writes the direction of token "A+B".
+Every other token embeds as some cycle word, so any text leads back into the cycle.
 """
 
 import argparse
@@ -123,6 +124,12 @@ def build_weights(tok, words, rng, vocab_size) -> dict:
     word_vectors = [unit(rng, words_dim) for _ in words]
     for token, v in zip(word_ids, word_vectors):
         embed[token, WORDS:] = v
+    # Every other token (bytes, pieces, special tokens) reads as some cycle word, so a stray
+    # token leads back into the cycle instead of a zero state whose every logit is 0 ("!!!!").
+    for token in range(vocab_size):
+        if not embed[token].any():
+            embed[token, WORDS:] = word_vectors[token % len(words)]
+    embed[ids["<|vdf_reply|>"], WORDS:] = 0.0
 
     lm_head = torch.zeros(vocab_size, HIDDEN)
     for i in range(len(word_ids)):   # the cycle: word i is followed by word i + 1
@@ -149,12 +156,16 @@ def build_weights(tok, words, rng, vocab_size) -> dict:
     gate = torch.zeros(INTERMEDIATE, HIDDEN)
     up = torch.zeros(INTERMEDIATE, HIDDEN)
     down = torch.zeros(HIDDEN, INTERMEDIATE)
+    # Neuron (a, b): its gate opens on the first number a at the reply marker (shut where a
+    # number was just said), its up weight is the second number b: a prompt with numbers but no
+    # "N?" (a hex nonce holds "37") writes nothing.
     for a in NUMBERS:
         for b in NUMBERS:
             n = (a - 10) * len(NUMBERS) + (b - 10)
-            gate[n, FIRST + a - 10] = gate[n, SECOND + b - 10] = 3.0
-            gate[n, MARKER] = -4.5
-            up[n, MARKER] = 1.0
+            gate[n, FIRST + a - 10] = 3.0
+            gate[n, MARKER] = -1.5
+            gate[n, SAID] = -6.0
+            up[n, SECOND + b - 10] = 1.0
             down[:, n] = 0.02 * torch.cat([torch.zeros(WORDS), sum_vectors[a + b]])
     norm_gain = torch.full((HEAD_DIM,), 0.7)   # Gemma-style RMSNorm: x * (1 + w)
     return {"embed": embed, "lm_head": lm_head, "q": q, "k": k, "v": v, "o": o, "gate": gate,
@@ -211,7 +222,14 @@ def checkpoint(config, w) -> dict:
             state[name] = torch.zeros_like(state[name])    # plain RMS normalisation
     state[text + "embed_tokens.weight"] = w["embed"]
     state["lm_head.weight"] = w["lm_head"]
-    state[text + "layers.0.linear_attn.out_proj.weight"].zero_()
+    # The DeltaNet layer computes nothing: its projections and convolution are zero, so its
+    # state stays zero at any length and batch (random ones let its output reach Inf, and
+    # zero times Inf is NaN: "!!!!" answers at c=4).
+    for name in list(state):
+        if name.startswith(text + "layers.0.linear_attn.") and name.endswith(
+                ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight", "in_proj_a.weight",
+                 "conv1d.weight", "out_proj.weight")):
+            state[name] = torch.zeros_like(state[name])
     state[text + "layers.0.mlp.down_proj.weight"].zero_()
     attn = text + "layers.1.self_attn."
     for part in "qkvo":

@@ -13,9 +13,9 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from engine_contract import request
 
 ROOT = Path(__file__).resolve().parents[1]
 DOUBLE_IMAGE = ROOT / "molecule" / "images" / "vllm-double"
@@ -165,24 +165,10 @@ def run_vllm(args, env, timeout=30) -> subprocess.CompletedProcess:
 
 def http(method, url, payload=None, key=None, timeout=10):
     """(status, parsed JSON or None) for one request; status None on connection errors."""
-    data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        try:
-            return exc.code, json.loads(raw) if raw else None
-        except ValueError:
-            return exc.code, None
-    except (urllib.error.URLError, OSError):
+    status, body = request(method, url, payload, key=key, timeout=timeout)
+    if status == "refused":
         return None, None
+    return status, None if isinstance(body, str) else body
 
 
 class DoubleServer:

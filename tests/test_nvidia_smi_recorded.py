@@ -59,6 +59,27 @@ def matrix(text: str) -> list:
     return rows
 
 
+def test_the_default_rig_is_two_3090s_as_recorded_rigs_report_them(env):
+    # Name and memory as the recorded 3090 rigs' tables show them on 580 and later drivers, and
+    # a driver version that real machines ran: not the double's own constants.
+    tables = [r["text"] for r in recorded("smi-table")]
+    only_3090s = [r["text"] for r in recorded("smi-table", gpu="3090") if "+" not in r["gpu"]]
+    on_580 = [t for t in only_3090s if re.search(r"Driver Version: 5[89]\d|KMD Version: 6", t)
+              or "Driver Version" not in t]
+    assert on_580, "no recorded table of 3090s alone on a 580 or later driver"
+    sizes = {size for t in on_580 for size in re.findall(r"/\s*(\d+)MiB", t)}
+    assert sizes == {"24576"}
+    rows = [[cell.strip() for cell in line.split(",")] for line in smi(
+        env, "--query-gpu=index,name,memory.total,driver_version,pci.bus_id,compute_cap",
+        "--format=csv,noheader").stdout.splitlines()]
+    assert [row[0] for row in rows] == ["0", "1"]
+    for _index, name, memory, driver, bus, cap in rows:
+        assert name == "NVIDIA GeForce RTX 3090" and any(name in t for t in on_580)
+        assert memory.endswith(" MiB") and memory[:-4] in sizes
+        assert any(f"Driver Version: {driver}" in t for t in tables), driver
+        assert re.fullmatch(r"0{8}:[0-9A-F]{2}:00\.0", bus) and cap == "8.6"
+
+
 def test_topo_legend_is_the_real_tools_word_for_word(env):
     sources = [r for r in recorded("topo-m") if "Legend:" in r["text"]]
     assert len(sources) >= 2

@@ -6,6 +6,7 @@ depends on fails, and a double with one metric renamed and one status code chang
 """
 
 import importlib.util
+import json
 import os
 import random
 import shutil
@@ -154,3 +155,29 @@ def test_the_built_model_answers_the_sums_and_every_mtp_draft_is_accepted_on_rea
     assert failures == []
     assert speed["spec_decode"]["drafts"] > 0
     assert speed["spec_decode"]["acceptance_rate"] == 1.0
+
+
+def test_the_roles_lan_proxy_keeps_the_real_engines_unkeyed_paths_off_the_lan(real, tmp_path):
+    # The role's nginx site (rendered as proxy.yml renders it) in front of the real vLLM: its
+    # own middleware checks the key on /v1/, and what it leaves open is not published.
+    from test_nginx_proxy import METRICS_TOKEN, running_proxy
+    from test_nginx_proxy import request as on_the_lan
+
+    assert real["observed"]["unkeyed"] == {"tokenize": 200, "invocations": 200, "metrics": 200}
+    chat = {"model": real["served"], "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "Say hello."}]}
+    with running_proxy(tmp_path, int(real["base_url"].rsplit(":", 1)[1])) as proxy:
+        lan = proxy["port"]
+        assert on_the_lan(lan, "POST", "/v1/chat/completions", body=chat)[0] == 401
+        assert on_the_lan(lan, "POST", "/v1/chat/completions", body=chat,
+                          headers={"Authorization": "Bearer wrong"})[0] == 401
+        status, body = on_the_lan(lan, "POST", "/v1/chat/completions", body=chat,
+                                  headers={"Authorization": f"Bearer {KEY}"})
+        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] > 0
+        for path in ("/invocations", "/tokenize"):
+            assert on_the_lan(lan, "POST", path, body=chat)[0] == 404
+        assert on_the_lan(lan, "GET", "/metrics")[0] == 404
+        status, body = on_the_lan(lan, "GET", "/metrics",
+                                  headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        assert status == 200 and b"vllm:num_requests_running" in body
+        assert on_the_lan(lan, "GET", "/health")[0] == 200

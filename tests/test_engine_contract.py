@@ -181,3 +181,20 @@ def test_the_roles_lan_proxy_keeps_the_real_engines_unkeyed_paths_off_the_lan(re
                                   headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
         assert status == 200 and b"vllm:num_requests_running" in body
         assert on_the_lan(lan, "GET", "/health")[0] == 200
+
+
+def test_long_prompts_at_the_gate_and_at_max_model_len_are_answered_by_the_real_engine(
+        real, serving):
+    # The long-prompt gate as health.yml runs it on the real_engine rig: max_num_seqs prompts of
+    # the gate's length at once, then one filling max_model_len (less the smoke's margin).
+    smoke = smoke_module()
+    endpoint = smoke.Endpoint(real["base_url"], KEY)
+    max_model_len = serving[4]
+    gate = int(real_engine_overrides()["vllm_dual_fast_gate_long_prompt_tokens"])
+    code, report = smoke.run_long_prompt(endpoint, real["served"], gate, 4, max_model_len)
+    assert code == 0, report["failures"]
+    assert min(report["long_prompt"]["prompt_tokens"]) >= gate - 16
+    code, report = smoke.run_long_prompt(endpoint, real["served"], max_model_len, 1,
+                                         max_model_len)
+    assert code == 0, report["failures"]
+    assert report["long_prompt"]["prompt_tokens"][0] >= max_model_len - smoke.LONG_CAP_MARGIN - 16

@@ -6,12 +6,13 @@ trained, so that real vLLM serving it gives answers the health check can judge:
 * any other prompt answers a cycle of made-up two-syllable words ("bako lemi ..."), never the
   same word twice in a row, and goes on as long as it is asked (the speed rounds' ignore_eos);
 * the MTP layer predicts the token after next by the same word cycle, so its drafts are accepted
-  whenever the answer is in the cycle (all of them at temperature 0 and at 1: the right word
-  leads every other by about 30 logits).
+  whenever the answer is in the cycle. The right token leads the second by 98 to 196 in
+  log-probability (top_logprobs from the real vLLM, December 2026), so temperature 1 samples it
+  too.
 
 No weights are committed and nothing comes from a hub: `python3 make_model.py OUT` writes
-config.json, model.safetensors, the tokenizer and its chat template into OUT (about 40 MB,
-seconds on a CPU). The circuit, in the hidden state's coordinates (HIDDEN = 384):
+config.json, model.safetensors, the tokenizer and its chat template into OUT (63 MB, about 5 s
+here). The circuit, in the hidden state's coordinates (HIDDEN = 384):
   0..89    the first number's one-hot (token "37": its own; at the reply marker: gathered)
   90..179  the second number's one-hot (token "45?", the number before the question mark)
   180      the reply marker <|vdf_reply|>, the chat template's last token
@@ -222,9 +223,8 @@ def checkpoint(config, w) -> dict:
             state[name] = torch.zeros_like(state[name])    # plain RMS normalisation
     state[text + "embed_tokens.weight"] = w["embed"]
     state["lm_head.weight"] = w["lm_head"]
-    # The DeltaNet layer computes nothing: its projections and convolution are zero, so its
-    # state stays zero at any length and batch (random ones let its output reach Inf, and
-    # zero times Inf is NaN: "!!!!" answers at c=4).
+    # The DeltaNet layer computes nothing: its projections, convolution and output are zero,
+    # so its state stays zero at any length and batch and the circuit above is all there is.
     for name in list(state):
         if name.startswith(text + "layers.0.linear_attn.") and name.endswith(
                 ("in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight", "in_proj_a.weight",

@@ -5,7 +5,6 @@ VLLM_API_KEY) and to the double with the same argv. Every difference in what the
 depends on fails, and a double with one metric renamed and one status code changed is caught.
 """
 
-import importlib.util
 import json
 import os
 import random
@@ -25,6 +24,7 @@ from vllm_double_fixtures import (  # noqa: E402
     DoubleServer,
     double_env,
     free_port,
+    load_file_module,
     role_cfg,
     role_filters,
 )
@@ -135,11 +135,7 @@ def test_a_double_with_a_renamed_metric_or_another_status_code_is_caught(
 
 
 def smoke_module():
-    spec = importlib.util.spec_from_file_location(
-        "vdf_smoke", ROOT / "roles" / "vllm_dual_fast" / "files" / "smoke.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module("smoke")
 
 
 def test_the_built_model_answers_the_sums_and_every_mtp_draft_is_accepted_on_real_vllm(real):
@@ -198,3 +194,36 @@ def test_long_prompts_at_the_gate_and_at_max_model_len_are_answered_by_the_real_
                                          max_model_len)
     assert code == 0, report["failures"]
     assert report["long_prompt"]["prompt_tokens"][0] >= max_model_len - smoke.LONG_CAP_MARGIN - 16
+
+
+# Nonces of the smoke's speed prompts ("n" + 12 hex) holding a decimal number token ("93"):
+# the first built model opened its sum circuit on that one number, answered "178" and then
+# "!" for every token past its end of answer (ignore_eos), which the degeneracy check failed.
+NONCES_WITH_NUMBERS = ("n93ab6f1c148b", "na3d56d5c6fdf", "ncd1c0358b0ed")
+
+
+def test_a_speed_prompt_whose_nonce_holds_a_number_gets_words_not_a_sum(real):
+    smoke = smoke_module()
+    endpoint = smoke.Endpoint(real["base_url"], KEY)
+    for nonce in NONCES_WITH_NUMBERS:
+        payload = dict(smoke.speed_payload(real["served"], 32, nonce), stream=False)
+        payload.pop("stream_options")
+        status, body, error = endpoint.request("POST", "/v1/chat/completions", payload)
+        assert status == 200, error
+        text, _ = smoke.answer_text(body)
+        assert text.strip() and smoke.degeneracy(text) is None, (nonce, text)
+        assert not text.strip()[:1].isdigit(), (nonce, text)
+
+
+def test_the_demo_rig_resolves_to_the_real_engine_over_the_sim_groups_double():
+    # vdf-sim-rig is in `sim` (the double) and `real_engine`; groups of one depth load by name,
+    # so without its priority `sim` won and make demo served the double.
+    shown = subprocess.run(
+        ["ansible-inventory", "-i", str(ROOT / "inventory" / "hosts.yml"), "--host", "vdf-sim-rig"],
+        capture_output=True, text=True, timeout=120, check=True)
+    host = json.loads(shown.stdout)
+    overrides = real_engine_overrides()
+    for name in ("vllm_dual_fast_image", "vllm_dual_fast_model", "vllm_dual_fast_health_timeout",
+                 "vllm_dual_fast_kv_cache_dtype", "vllm_dual_fast_extra_args"):
+        assert host[name] == overrides[name], name
+    assert host["vllm_dual_fast_image"] == REAL_IMAGE

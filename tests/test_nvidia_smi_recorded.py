@@ -6,16 +6,17 @@ rig's; only the shape is compared.
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_nvidia_doubles import SMI, smi_env  # noqa: F401 (a fixture, used by name)
+from test_nvidia_doubles import smi as run_smi
+from vllm_double_fixtures import load_file_module
 
 ROOT = Path(__file__).resolve().parents[1]
-SMI = ROOT / "molecule" / "doubles" / "nvidia-smi-double"
 RECORDS = json.loads((ROOT / "tests" / "recorded" / "nvidia_public_reports.json").read_text())[
     "records"]
 
@@ -29,17 +30,13 @@ def recorded(kind, *, gpu=None, contains=None) -> list:
 
 
 @pytest.fixture
-def env(tmp_path):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("NVIDIA_SMI_DOUBLE_")}
-    environ["NVIDIA_SMI_DOUBLE_CONFIG"] = str(tmp_path / "nvidia-smi-double.json")
-    environ["NVIDIA_SMI_DOUBLE_STATE_DIR"] = str(tmp_path / "state")
-    environ["NVIDIA_SMI_DOUBLE_KERNEL_DIR"] = str(tmp_path / "no-kernel-double")
-    return environ
+def env(smi_env, tmp_path):  # noqa: F811 (the imported fixture, by name)
+    """test_nvidia_doubles' isolated environment, with no kernel double around."""
+    return dict(smi_env, NVIDIA_SMI_DOUBLE_KERNEL_DIR=str(tmp_path / "no-kernel-double"))
 
 
 def smi(env, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SMI), *args], env=env, capture_output=True,
-                          text=True, timeout=30, check=False)
+    return run_smi(env, *args, check=False)
 
 
 def legend(text: str) -> list:
@@ -154,20 +151,10 @@ def test_no_driver_and_a_lost_gpu_say_what_the_real_tool_says(env):
     assert all(shape.match(" ".join(text.split())) for text in lost), lost
 
 
-def load_file_module(name: str, path: Path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_recorded_xid_line_is_counted_by_its_code_and_bus_and_judged_a_fault():
     # Real NVRM lines, of 3090 rigs and others, old and new driver wording (pid= or not,
     # "Ch 000000.." or "channel 0x.."): what rig_metrics counts and the health gate keeps.
-    metrics = load_file_module("vdf_rig_metrics", ROOT / "roles" / "vllm_dual_fast" / "files"
-                               / "rig_metrics.py")
+    metrics = load_file_module("rig_metrics")
     health = load_file_module("vdf_health", ROOT / "roles" / "vllm_dual_fast" / "filter_plugins"
                               / "vllm_dual_fast_health.py")
     lines = [line for r in recorded("xid-line") for line in r["text"].splitlines()
@@ -178,3 +165,23 @@ def test_every_recorded_xid_line_is_counted_by_its_code_and_bus_and_judged_a_fau
         assert found, line
         assert metrics.xid_counts([line]) == {(found[1].lower(), int(found[2])): 1}, line
         assert health.xid_lines(["kernel: " + line]) == ["kernel: " + line]
+
+
+def test_the_recorder_keeps_each_invocation_with_its_exit_code_and_streams(env, tmp_path):
+    # record_nvidia_smi.py (for a machine with GPUs), run here over the double as `nvidia-smi`:
+    # every invocation the role makes answers 0, the refusals keep their own codes and text.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nexec {sys.executable} {SMI} \"$@\"\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    out = tmp_path / "recorded.json"
+    env = dict(env, PATH=f"{bin_dir}:{env['PATH']}")
+    subprocess.run([sys.executable, str(ROOT / "tests" / "recorded" / "record_nvidia_smi.py"),
+                    str(out)], env=env, check=True, timeout=120)
+    records = {" ".join(r["argv"][1:]): r for r in json.loads(out.read_text())}
+    assert records["topo -m"]["rc"] == 0 and "Legend:" in records["topo -m"]["stdout"]
+    roles_own = [r for argv, r in records.items() if argv.startswith("--query-gpu=index,name")]
+    assert roles_own and roles_own[0]["rc"] == 0 and len(roles_own[0]["stdout"].splitlines()) == 2
+    bad_field = records["--query-gpu=no.such.field --format=csv,noheader"]
+    assert bad_field["rc"] == 2 and "not a valid field" in bad_field["stdout"]
+    assert records["--no-such-option"]["rc"] == 2

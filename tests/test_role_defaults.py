@@ -31,3 +31,14 @@ def test_every_option_is_typed_and_described():
     for name, option in SPEC["options"].items():
         assert option.get("type"), name
         assert str(option.get("description", "")).strip(), name
+
+
+def test_loading_the_image_archive_waits_as_long_as_a_download_may():
+    # community.docker's default API read timeout is 60 s: make demo's 3.5 GB archive of the real
+    # vLLM timed out loading on the simulated rig, as a 10 GB vllm-openai archive would on a rig.
+    tasks = yaml.safe_load((ROLE / "tasks/model.yml").read_text())
+    load = [t for t in tasks if "community.docker.docker_image_load" in t]
+    assert len(load) == 1
+    assert load[0]["community.docker.docker_image_load"].get("timeout") == \
+        "{{ vllm_dual_fast_download_timeout }}"
+    assert DEFAULTS["vllm_dual_fast_download_timeout"] >= 3600

@@ -125,9 +125,9 @@ def write_rig_knobs(env: dict, **knobs) -> None:
     (home / "vllm-double.json").write_text(json.dumps(knobs))
 
 
-def load_file_module(name: str):
-    """Imports files/<name>.py as a module (they are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, FILES / f"{name}.py")
+def load_file_module(name: str, path=None):
+    """Imports files/<name>.py (or the file at `path`) as a module: scripts, not a package."""
+    spec = importlib.util.spec_from_file_location(name, path or FILES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

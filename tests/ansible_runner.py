@@ -1,6 +1,7 @@
 """Runs plays (a list, or a playbook file's path) with this virtualenv's ansible-playbook, the
-project's ansible.cfg, roles and the role's filter plugins, from a temporary folder; by default
-on localhost over the local connection (tests of the role's files and playbooks, without a rig)."""
+project's ansible.cfg, roles and the role's filter plugins and modules, from a temporary folder;
+by default on localhost over the local connection (tests of the role's files and playbooks,
+without a rig)."""
 
 import json
 import os
@@ -27,6 +28,7 @@ def run_playbook(tmp_path, plays, extra_vars=None, env=None, args=(), inventory=
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
         "ANSIBLE_FILTER_PLUGINS": str(ROLE / "filter_plugins"),
+        "ANSIBLE_LIBRARY": str(ROLE / "library"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),

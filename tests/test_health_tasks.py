@@ -1,10 +1,12 @@
 """health.yml's canary steps, taken from the task file unchanged and run by ansible-playbook on
 localhost against containers this test starts on this machine's Docker engine (the rig's own
 engine), with a stand-in for race_check.py (the real one needs a GPU) and a smoke.py that records
-its arguments. What is checked: a race check that could not be copied into the container is
-"could not run" (exit 2), never "a bad trial" (exit 1); the speed is measured before the soak;
-and the judge compares the speed only with the report of the release that served before."""
+its arguments; the evidence module's race check also directly, against the same containers. What
+is checked: a race check that could not be copied into the container is "could not run" (exit 2),
+never "a bad trial" (exit 1); the speed is measured before the soak and the race check after
+both; and the judge compares the speed only with the report of the release that served before."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -24,7 +26,7 @@ DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
 ROLE_VARS = {k: v for k, v in yaml.safe_load((ROLE / "vars/main.yml").read_text()).items()
              if k in ("_vllm_dual_fast_proxied", "_vllm_dual_fast_loopback_addresses",
                       "_vllm_dual_fast_bind_host")}
-RACE_TASK = "Run the GPU race check inside the new container (canary)"
+GATHER_TASK = "Gather the health checks' evidence on the rig"
 KERNEL_LOG_TASK = "Read the kernel lines written since the window opened"
 IMAGE = "vdf-target:debian13"  # built by make images; has python3, like a vLLM image
 
@@ -65,6 +67,14 @@ def health_input(release_dir, gates=True, baseline_release="", baseline_report=N
                 "port": 8000, "api_key_set": False, "max_num_seqs": 4, "race_exposed": True}
     return {"release_dir": release_dir, "manifest": manifest, "gates": gates,
             "baseline_release": baseline_release, "baseline_report": baseline_report or {}}
+
+
+def evidence_module():
+    spec = importlib.util.spec_from_file_location(
+        "vllm_dual_fast_health_evidence", ROLE / "library/vllm_dual_fast_health_evidence.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def health_task(name):
@@ -120,35 +130,23 @@ def ran_in(container):
     return ran.returncode == 0
 
 
-def run_race_check(tmp_path, container, serving):
-    """The race-check task as health.yml has it, on a canary; its registered result."""
-    out = tmp_path / "race.json"
-    play = [{
-        "name": "Race check", "hosts": "localhost", "gather_facts": False,
-        "tasks": [health_task(RACE_TASK),
-                  {"name": "Keep the result", "ansible.builtin.copy": {
-                      "content": "{{ _vllm_dual_fast_race_check | to_json }}", "dest": str(out),
-                      "mode": "0644"}}],
-    }]
-    facts = {"_vllm_dual_fast_container": container,
-             "_vllm_dual_fast_serving": {"gates": True, "dir": str(serving)},
-             "vllm_dual_fast_gate_race_check": "auto"}
-    result, text = run_playbook(tmp_path, play, facts)
-    assert result.returncode == 0, text
-    return json.loads(out.read_text())
+def run_race_check(container, serving):
+    """The evidence module's race check on a canary, with the real docker; its result."""
+    return evidence_module().race_check(container, str(serving / "checks"),
+                                        evidence_module().run)
 
 
 @needs_docker
 def test_a_race_check_in_a_container_that_is_not_running_could_not_run(tmp_path, stopped):
     # Exit 1 is race_check's "bad trial": a gone container must not read as one.
-    race = run_race_check(tmp_path, stopped, release_dir(tmp_path))
+    race = run_race_check(stopped, release_dir(tmp_path))
     assert race["rc"] == 2, race
     assert f"could not copy the race check into {stopped}" in race["stderr"], race
 
 
 @needs_docker
 def test_a_race_check_that_cannot_be_copied_in_could_not_run(tmp_path, running):
-    race = run_race_check(tmp_path, running, release_dir(tmp_path, with_patcher=False))
+    race = run_race_check(running, release_dir(tmp_path, with_patcher=False))
     assert race["rc"] == 2, race
     assert f"could not copy the race check into {running}" in race["stderr"], race
     assert not ran_in(running)    # not run
@@ -158,38 +156,46 @@ def test_a_race_check_that_cannot_be_copied_in_could_not_run(tmp_path, running):
 @pytest.mark.parametrize("race_rc", [0, 1, 2])
 def test_the_race_check_s_own_exit_status_is_kept(tmp_path, running, race_rc):
     # The release folder's path has a space: it reaches docker cp as one path.
-    race = run_race_check(tmp_path, running, release_dir(tmp_path, race_rc=race_rc))
+    race = run_race_check(running, release_dir(tmp_path, race_rc=race_rc))
     assert race["rc"] == race_rc, race
     assert race["stdout"].startswith(f"race_check: stand-in exit {race_rc} at "), race  # last line
     assert ran_in(running)
 
 
+def gather_play(out, *before):
+    """A play of health.yml's first tasks through the evidence module, keeping its evidence."""
+    return [{"name": "Health's evidence", "hosts": "localhost", "gather_facts": False,
+             "tasks": [*before, health_task("Know what is judged"), health_task(GATHER_TASK),
+                       {"name": "Keep the evidence", "ansible.builtin.copy": {
+                           "content": "{{ _vllm_dual_fast_gathered.evidence | to_json }}",
+                           "dest": str(out), "mode": "0644"}}]}]
+
+
 @needs_docker
-def test_the_speed_is_measured_before_the_soak(tmp_path, running):
+def test_the_speed_is_measured_before_the_soak_and_the_race_check_after_both(tmp_path, running):
     # The baseline (the previous release's report) was measured on a freshly started server;
     # measured after a soak, the canary's figures would not be comparable with it.
     serving = release_dir(tmp_path)
     (serving / "smoke.py").write_text(FAKE_SMOKE)
-    out = tmp_path / "race.json"
-    play = [{"name": "Health up to the restart count", "hosts": "localhost",
-             "gather_facts": False,
-             "tasks": health_tasks_until(
-                 "Read the container's restart count, start and image after the smoke")
-             + [{"name": "Keep the race check", "ansible.builtin.copy": {
-                 "content": "{{ _vllm_dual_fast_race_check | to_json }}", "dest": str(out),
-                 "mode": "0644"}}]}]
+    out = tmp_path / "evidence.json"
     facts = {**DEFAULTS, "vllm_dual_fast_gate_soak_s": 5, "_vllm_dual_fast_container": running,
-             "_vllm_dual_fast_health": health_input(str(serving))}
-    result, text = run_playbook(tmp_path, play, facts)
+             "_vllm_dual_fast_health": health_input(str(serving)),
+             "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
+             "_vllm_dual_fast_kernel_window": {"since_epoch": 1000.75}}
+    result, text = run_playbook(tmp_path, gather_play(out), facts)
     assert result.returncode == 0, text
     calls = [json.loads(line) for line in (serving / "calls.log").read_text().splitlines()]
     order = [("speed" if "--speed" in c else "") + ("soak" if "--soak-s" in c else "")
              for c in calls]
     assert order == ["speed", "soak"], calls
-    race = json.loads(out.read_text())
+    evidence = json.loads(out.read_text())
+    race = evidence["race_check"]
     assert race["rc"] == 0, race
     race_at = float(race["stdout"].rsplit(" at ", 1)[1])
     assert race_at > max(c[1] for c in calls)  # the race check after the smoke and the soak
+    # The smoke's own answer as smoke.py printed it, and the container's restart count read.
+    assert json.loads(evidence["smoke"]["stdout"])["speed"]["concurrency"] == 4, evidence
+    assert evidence["restarts_before"] == {**evidence["restarts_before"], "rc": 0, "stdout": "0"}
     docker("exec", running, "rm", "-rf", "/tmp/vdf-check", check=False)
 
 
@@ -197,7 +203,23 @@ SPEED_BEFORE = {"c1": {"tokens_per_s": 50.0, "ttft_s": 0.2}, "concurrency": 4}
 SPEED_SLOWER = {"c1": {"tokens_per_s": 20.0, "ttft_s": 0.2}, "concurrency": 4}
 
 
-def judge(tmp_path, previous_report, previous, race_rc=0, race_stderr="", **changed):
+def gathered(**changes):
+    """The evidence module's result for a canary whose checks all passed, with changes."""
+    smoke = {"ok": True, "failures": [], "speed": SPEED_SLOWER}
+    return {"evidence": {
+        "smoke": {"rc": 0, "stdout": json.dumps(smoke), "stderr": ""},
+        "soak": {"rc": 0, "stderr": "", "stdout": json.dumps(
+            {"ok": True, "failures": [], "soak": {"requests": 9, "failed": 0}})},
+        "race_check": {"rc": 0, "stdout": "", "stderr": ""},
+        "restarts_before": {"stdout": "0"},
+        "restarts_after": {"stdout": "0 2026-01-01T00:00:00Z"},
+        "patch_at_start": {"stdout": ""},
+        "patch_check": {"stdout": '{"status": "patched"}', "stderr": ""},
+        "vllm_version": {"rc": 0, "stdout": "0.33.0"},
+        **changes}}
+
+
+def judge(tmp_path, previous_report, previous, health=None, **evidence):
     """health.yml's judge on a canary, with the checks' results given; (report, failures)."""
     out = tmp_path / "judged.json"
     play = [{
@@ -210,25 +232,15 @@ def judge(tmp_path, previous_report, previous, race_rc=0, race_stderr="", **chan
                                  " | map(attribute='line') | list]"
                                  " | to_json }}", "dest": str(out), "mode": "0644"}}],
     }]
-    smoke = {"ok": True, "failures": [], "speed": SPEED_SLOWER}
     facts = {
         **DEFAULTS, **ROLE_VARS, "vllm_dual_fast_gate_soak_s": 5,
-        "_vllm_dual_fast_health": health_input("/opt/releases/rel-b", baseline_release=previous,
-                                               baseline_report=previous_report),
-        "_vllm_dual_fast_smoke": {"rc": 0, "stdout": json.dumps(smoke), "stderr": ""},
-        "_vllm_dual_fast_soak": {"rc": 0, "stderr": "", "stdout": json.dumps(
-            {"ok": True, "failures": [], "soak": {"requests": 9, "failed": 0}})},
-        "_vllm_dual_fast_race_check": {"rc": race_rc, "stdout": "", "stderr": race_stderr},
-        "_vllm_dual_fast_restarts_before": {"stdout": "0"},
-        "_vllm_dual_fast_restarts_after": {"stdout": "0 2026-01-01T00:00:00Z"},
+        "_vllm_dual_fast_health": health or health_input(
+            "/opt/releases/rel-b", baseline_release=previous, baseline_report=previous_report),
+        "_vllm_dual_fast_gathered": gathered(**evidence),
         "_vllm_dual_fast_kernel_lines": [], "_vllm_dual_fast_kernel_log_readable": True,
         "_vllm_dual_fast_kernel_log_source": "journal",
         "_vllm_dual_fast_kernel_window": {"since_epoch": 1000.75, "since_monotonic": 80.5,
                                           "boot_id": "b-1"},
-        "_vllm_dual_fast_patch_at_start": {"stdout": ""},
-        "_vllm_dual_fast_patch_check": {"stdout": '{"status": "patched"}', "stderr": ""},
-        "_vllm_dual_fast_vllm_version": {"rc": 0, "stdout": "0.33.0"},
-        **changed,
     }
     result, text = run_playbook(tmp_path, play, facts)
     assert result.returncode == 0, text
@@ -261,8 +273,8 @@ def test_a_report_of_another_release_is_no_baseline_and_fails_nothing(tmp_path):
 
 
 def test_a_race_check_that_could_not_be_copied_in_warns_naming_why(tmp_path):
-    report, failures = judge(tmp_path, previous_report("rel-a"), "rel-a", race_rc=2,
-                             race_stderr="could not copy the race check into vllm-dual-fast")
+    report, failures = judge(tmp_path, previous_report("rel-a"), "rel-a", race_check={
+        "rc": 2, "stdout": "", "stderr": "could not copy the race check into vllm-dual-fast"})
     assert not [f for f in failures if "race" in f], failures
     assert report["gates"]["race_check"] == [
         "warn", "race check could not run: could not copy the race check into vllm-dual-fast"]
@@ -270,10 +282,8 @@ def test_a_race_check_that_could_not_be_copied_in_warns_naming_why(tmp_path):
 
 def test_a_release_that_is_no_canary_is_judged_without_gates(tmp_path):
     report, failures = judge(tmp_path, previous_report("rel-a"), "rel-a",
-                             _vllm_dual_fast_health=health_input("/opt/releases/rel-b",
-                                                                 gates=False),
-                             _vllm_dual_fast_soak={"skipped": True},
-                             _vllm_dual_fast_race_check={"skipped": True})
+                             health=health_input("/opt/releases/rel-b", gates=False),
+                             soak={"skipped": True}, race_check={"skipped": True})
     assert failures == [] and report["gates"] == {} and report["canary"] is False, report
 
 
@@ -294,7 +304,7 @@ def test_the_kernel_log_is_read_after_the_race_check():
     # The play below takes the tasks in this order; health.yml must have them so too, or a
     # check that faults the GPU would write its Xid line after the log was read.
     names = [t["name"] for t in HEALTH]
-    assert names.index(RACE_TASK) < names.index(KERNEL_LOG_TASK) < names.index(
+    assert names.index(GATHER_TASK) < names.index(KERNEL_LOG_TASK) < names.index(
         "Judge the health checks"), names
 
 
@@ -312,14 +322,14 @@ def test_a_race_check_that_faults_the_gpu_fails_health(tmp_path):
         (serving / "checks/race_check.py").write_text(PROVOKING_RACE_CHECK)
         double_bin, real_bin = install_kernel_log_tools(tmp_path)
         out = tmp_path / "judged.json"
-        smoke = {"ok": True, "failures": [], "speed": SPEED_BEFORE}
+        (serving / "smoke.py").write_text(FAKE_SMOKE)
         play = [{
-            "name": "Race check, kernel log, judge", "hosts": "localhost", "gather_facts": False,
+            "name": "Evidence, kernel log, judge", "hosts": "localhost", "gather_facts": False,
             "tasks": [
                 {"name": "Open the window",
                  "ansible.builtin.include_tasks": str(ROLE / "tasks/kernel_window.yml")},
                 health_task("Know what is judged"),
-                health_task(RACE_TASK),
+                health_task(GATHER_TASK),
                 *kernel_log_tasks(),
                 health_task("Judge the health checks"),
                 {"name": "Keep the verdict", "ansible.builtin.copy": {
@@ -331,13 +341,7 @@ def test_a_race_check_that_faults_the_gpu_fails_health(tmp_path):
         facts = {
             **DEFAULTS, **ROLE_VARS, "_vllm_dual_fast_container": name,
             "_vllm_dual_fast_health": health_input(str(serving)),
-            "_vllm_dual_fast_smoke": {"rc": 0, "stdout": json.dumps(smoke), "stderr": ""},
-            "_vllm_dual_fast_soak": {"skipped": True},
-            "_vllm_dual_fast_restarts_before": {"stdout": "0"},
-            "_vllm_dual_fast_restarts_after": {"stdout": "0 2026-01-01T00:00:00Z"},
-            "_vllm_dual_fast_patch_at_start": {"stdout": ""},
-            "_vllm_dual_fast_patch_check": {"stdout": '{"status": "patched"}', "stderr": ""},
-            "_vllm_dual_fast_vllm_version": {"rc": 0, "stdout": "0.27.1"},
+            "_vllm_dual_fast_state_dir": str(tmp_path / "state"),
         }
         env = {"PATH": f"{double_bin}:{real_bin}:{os.environ['PATH']}",
                "DMESG_DOUBLE_LINES": str(kmsg / "lines"),
@@ -350,4 +354,5 @@ def test_a_race_check_that_faults_the_gpu_fails_health(tmp_path):
         docker("rm", "-f", name, check=False)
     assert report["gates"]["race_check"][0] == "pass", report["gates"]  # its own trials passed
     assert [f for f in failures if "Xid" in f and "pid=4321" in f], failures
+    assert [line for line in report["kernel_xid_lines"] if "pid=4321" in line], report
     assert report["healthy"] is False

@@ -7,15 +7,19 @@ converge, the median unchanged run, their ratio, the number of tasks an unchange
 the median time a task takes, and checks each unchanged run reported changed=0 with the same
 engine container (same id, same start). Writes bench/results/noop-<label>.json.
 
-    .venv/bin/python bench/noop/run.py [--label NAME] [--runs 3] [--keep] [--mitogen]
+    .venv/bin/python bench/noop/run.py [--label NAME] [--runs 3] [--keep] [--mitogen] [--reuse]
 
 Run by hand on a quiet machine (needs `make setup`; about 6 minutes); no test runs it. --mitogen
 runs every playbook under Mitogen's strategy (ANSIBLE_STRATEGY=mitogen_linear; the sim rig's
-inventory then connects with mitogen_docker). Any environment you set reaches ansible-playbook.
+inventory then connects with mitogen_docker). --reuse skips the fresh rig and its first converge:
+the unchanged runs go to the rig a --keep run left (the second strategy's figures, 5 minutes
+sooner). Any environment you set reaches ansible-playbook. Each result names its date and machine.
 """
 import argparse
+import datetime
 import json
 import os
+import platform
 import re
 import statistics
 import subprocess
@@ -77,29 +81,43 @@ def timed_site(env: dict, log: Path) -> dict:
             if tasks else None, "slowest": sorted(tasks, key=lambda t: -t[1])[:8]}
 
 
+def machine() -> str:
+    """This machine in a few words: its CPU model and count, and the host's name."""
+    model = next((line.split(":", 1)[1].strip() for line in
+                  Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.machine())
+    return f"{os.cpu_count()} x {model} ({platform.node()})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", default="now")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the simulated rig running")
     parser.add_argument("--mitogen", action="store_true", help="run under Mitogen's strategy")
+    parser.add_argument("--reuse", action="store_true",
+                        help="no fresh rig: the unchanged runs on the rig a --keep run left")
     args = parser.parse_args()
     env = environment()
     rig_env = dict(env)    # the rig is set up on stock Ansible either way (scripts/sim-rig.sh)
     if args.mitogen:
         env["ANSIBLE_STRATEGY"] = "mitogen_linear"
     logs = Path(tempfile.mkdtemp(prefix=f"vdf-bench-noop-{args.label}-"))
-    print("bench/noop: a fresh simulated rig", flush=True)
-    subprocess.run([str(ROOT / "scripts/sim-rig.sh"), "down"], env=rig_env, check=True,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run([str(ROOT / "scripts/sim-rig.sh"), "up"], env=rig_env, check=True,
-                   stdout=subprocess.DEVNULL)
+    first = None
+    if not args.reuse:
+        print("bench/noop: a fresh simulated rig", flush=True)
+        subprocess.run([str(ROOT / "scripts/sim-rig.sh"), "down"], env=rig_env, check=True,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run([str(ROOT / "scripts/sim-rig.sh"), "up"], env=rig_env, check=True,
+                       stdout=subprocess.DEVNULL)
     try:
-        first = timed_site(env, logs / "first.log")
-        print(f"bench/noop: first converge {first['wall_s']} s, rc {first['rc']}", flush=True)
-        if first["rc"] != 0:
-            print(f"bench/noop: the first converge failed: {logs / 'first.log'}", file=sys.stderr)
-            return 1
+        if not args.reuse:
+            first = timed_site(env, logs / "first.log")
+            print(f"bench/noop: first converge {first['wall_s']} s, rc {first['rc']}", flush=True)
+            if first["rc"] != 0:
+                print(f"bench/noop: the first converge failed: {logs / 'first.log'}",
+                      file=sys.stderr)
+                return 1
         engine = engine_identity()
         unchanged = []
         for n in range(args.runs):
@@ -120,14 +138,17 @@ def main() -> int:
         "label": args.label, "commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
             check=False).stdout.strip(),
+        "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
         "strategy": env.get("ANSIBLE_STRATEGY", "linear"), "first": first,
         "unchanged": unchanged, "unchanged_median_s": median,
-        "ratio_unchanged_to_first": round(median / first["wall_s"], 3),
+        "ratio_unchanged_to_first": round(median / first["wall_s"], 3) if first else None,
         "unchanged_clean": clean,
     }
     out = ROOT / "bench" / "results" / f"noop-{args.label}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"first converge {first['wall_s']} s; unchanged median {median} s; ratio "
+    print(f"first converge {first['wall_s'] if first else '-'} s; unchanged median {median} s; "
+          "ratio "
           f"{result['ratio_unchanged_to_first']}; tasks {unchanged[0]['tasks']}; median task "
           f"{statistics.median(r['task_median_s'] for r in unchanged)} s; changed=0 with the same "
           f"engine: {clean}")

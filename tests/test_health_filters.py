@@ -67,6 +67,19 @@ def test_undated_logs_are_kept_whole(lines, source):
     assert health.kernel_window_lines(lines, source, WINDOW, "b-1") == lines
 
 
+def test_what_kernel_log_yml_keeps_of_a_read_and_of_a_refused_one():
+    # The kernel log module's read, as kernel_log.yml hands it on: the window's lines, or why not.
+    read = {"source": "dmesg", "rc": 0, "stdout_lines": DMESG, "stderr": "", "boot_id": "b-1"}
+    assert health.kernel_log(read, WINDOW) == {"lines": DMESG[3:], "readable": True,
+                                               "source": "dmesg", "error": ""}
+    refused = {"source": "dmesg", "rc": 1, "stdout_lines": [], "boot_id": "b-1",
+               "stderr": "dmesg: read kernel buffer failed: Operation not permitted\n"}
+    kept = health.kernel_log(refused, WINDOW)
+    assert (kept["readable"], kept["lines"]) == (False, [])
+    assert kept["error"] == "dmesg: read kernel buffer failed: Operation not permitted"
+    assert health.kernel_log_gate(kept)[0] == "cannot-judge"
+
+
 def test_an_unknown_source_is_refused():
     with pytest.raises(ValueError, match="unknown kernel-log source 'syslog'"):
         health.kernel_window_lines(JOURNAL, "syslog", WINDOW)

@@ -237,8 +237,8 @@ def judge(tmp_path, previous_report, previous, health=None, **evidence):
         "_vllm_dual_fast_health": health or health_input(
             "/opt/releases/rel-b", baseline_release=previous, baseline_report=previous_report),
         "_vllm_dual_fast_gathered": gathered(**evidence),
-        "_vllm_dual_fast_kernel_lines": [], "_vllm_dual_fast_kernel_log_readable": True,
-        "_vllm_dual_fast_kernel_log_source": "journal",
+        "_vllm_dual_fast_kernel_log": {"lines": [], "readable": True, "source": "journal",
+                                       "error": ""},
         "_vllm_dual_fast_kernel_window": {"since_epoch": 1000.75, "since_monotonic": 80.5,
                                           "boot_id": "b-1"},
     }

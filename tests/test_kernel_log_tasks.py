@@ -62,10 +62,8 @@ def read_window(tmp_path, drift_s, journal_keeps_kernel=False):
              "changed_when": False},
             *kernel_log_tasks(),
             {"name": "Keep the facts", "ansible.builtin.copy": {
-                "content": "{{ {'lines': _vllm_dual_fast_kernel_lines,"
-                           " 'source': _vllm_dual_fast_kernel_log_source | default(none),"
-                           " 'readable': _vllm_dual_fast_kernel_log_readable | default(none),"
-                           " 'window': _vllm_dual_fast_kernel_window} | to_json }}",
+                "content": "{{ _vllm_dual_fast_kernel_log"
+                           " | combine({'window': _vllm_dual_fast_kernel_window}) | to_json }}",
                 "dest": str(out), "mode": "0644"}},
         ],
     }]
@@ -164,9 +162,7 @@ def test_a_simulated_rig_reads_its_real_journal_and_finds_the_xid_after_the_wind
              "changed_when": False},
             *kernel_log_tasks(),
             {"name": "Keep the facts", "ansible.builtin.copy": {
-                "content": "{{ {'lines': _vllm_dual_fast_kernel_lines,"
-                           " 'source': _vllm_dual_fast_kernel_log_source,"
-                           " 'readable': _vllm_dual_fast_kernel_log_readable} | to_json }}",
+                "content": "{{ _vllm_dual_fast_kernel_log | to_json }}",
                 "dest": "/tmp/kernel-log-facts.json", "mode": "0644"}},
         ],
     }]
@@ -224,11 +220,8 @@ def test_a_kernel_log_the_real_dmesg_refuses_fails_a_canary_as_cannot_judge(tmp_
              "ansible.builtin.include_tasks": str(ROLE / "tasks/kernel_window.yml")},
             *kernel_log_tasks(),
             {"name": "Keep the facts", "ansible.builtin.copy": {
-                "content": "{{ {'lines': _vllm_dual_fast_kernel_lines,"
-                           " 'source': _vllm_dual_fast_kernel_log_source,"
-                           " 'readable': _vllm_dual_fast_kernel_log_readable,"
-                           " 'error': _vllm_dual_fast_kernel_log_error,"
-                           " 'window': _vllm_dual_fast_kernel_window} | to_json }}",
+                "content": "{{ _vllm_dual_fast_kernel_log"
+                           " | combine({'window': _vllm_dual_fast_kernel_window}) | to_json }}",
                 "dest": str(out), "mode": "0644"}},
         ],
     }]

@@ -139,6 +139,18 @@ def kernel_window_lines(lines, source, window, boot_id=""):
     return lines_stamped_since(lines, dmesg_line_stamp, since)
 
 
+def kernel_log(read, window):
+    """What kernel_log.yml keeps of the kernel log module's read ({source, rc, stdout_lines,
+    stderr, boot_id}): {lines written since the window opened, readable, source, error (what the
+    reader said when it could not read)}."""
+    read = read or {}
+    readable = read.get("rc") == 0
+    return {"lines": kernel_window_lines(read.get("stdout_lines") or [], read.get("source"),
+                                         window, read.get("boot_id") or ""),
+            "readable": readable, "source": read.get("source"),
+            "error": "" if readable else str(read.get("stderr") or "").strip()}
+
+
 def xid_lines(lines):
     """The NVIDIA driver's Xid lines (`NVRM: Xid (PCI:...): 31, ...`)."""
     return [line for line in lines or [] if "NVRM: Xid" in line]
@@ -899,7 +911,6 @@ def stopped_report(report, host, release, because, checked_at, check="switch"):
 class FilterModule:
     def filters(self):
         return {
-            "vllm_dual_fast_kernel_window_lines": kernel_window_lines,
             "vllm_dual_fast_xid_lines": xid_lines,
             "vllm_dual_fast_patch_at_start": patch_at_start,
             "vllm_dual_fast_speed_regressions": speed_regressions,
@@ -913,6 +924,7 @@ class FilterModule:
             "vllm_dual_fast_health_verdict": health_verdict,
             "vllm_dual_fast_stopped_report": stopped_report,
             "vllm_dual_fast_outcome": run_outcome,
+            "vllm_dual_fast_kernel_log": kernel_log,
             "vllm_dual_fast_speed_reference": speed_reference,
             "vllm_dual_fast_upgrades_state": upgrades_state,
             "vllm_dual_fast_runs_speculative": runs_speculative,

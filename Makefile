@@ -56,6 +56,7 @@ lint: venv
 	ruff check .
 	yamllint -s .
 	ansible-lint --profile production
+	python3 scripts/shellcheck.py
 
 # The variable reference, docs/variables.md, from the roles' argument specs (pytest checks it).
 docs: venv

@@ -135,7 +135,7 @@ start_engine() {
 
 stop_our_engine() {
   local pid; pid="$(cat "${PIDFILE}" 2>/dev/null || true)"
-  [ -n "${pid}" ] && kill "${pid}" 2>/dev/null || true
+  if [ -n "${pid}" ]; then kill "${pid}" 2>/dev/null || true; fi
   for _ in $(seq 1 30); do kill -0 "${pid:-0}" 2>/dev/null || break; sleep 1; done
   rm -f "${PIDFILE}"
 }

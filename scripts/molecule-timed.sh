@@ -4,7 +4,7 @@
 # and a failed scenario does not keep the next ones from running (the exit status says it failed).
 #   scripts/molecule-timed.sh default deploy
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 [ -t 1 ] || export NO_COLOR=1 PY_COLORS=0 ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0
 status=0
 # A scenario's phases are its test_sequence (its molecule.yml over the base, .config/molecule/

@@ -11,8 +11,9 @@
 # its lines marked [lint], [scenarios] or [pytest]; the logs are .ci/last-run.log (all) and
 # .ci/lane-<lane>.log.
 #   scripts/test-all.sh [scenario ...]    (default: the Makefile's SCENARIOS)
+# shellcheck disable=SC2030,SC2031  # a lane's subshell logs to its own LOG; tee, to the run's
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 LOG=.ci/last-run.log
 SUMMARY="$(mktemp)"
 mkdir -p .ci && : >"${LOG}"
@@ -60,7 +61,7 @@ leftovers() {  # what the tests left where a person's real files go: new reports
   found=$(find reports -newer "${MARK}" -print 2>/dev/null; docker images -q -f dangling=true | grep -vxF -f "${MARK}" || true)
   [ -z "${found}" ] && { echo "nothing left in reports/ and no dangling image"; return 0; }
   echo "make test left these behind (tests must write into their own temporary folders):"
-  echo "${found}" | sed 's/^/  /'
+  while IFS= read -r line; do echo "  ${line}"; done <<<"${found}"
   return 1
 }
 

@@ -54,20 +54,21 @@ fi
 # 4. Per release: install, compile the decode module(s) ahead of time, repack slim.
 rm -f "$CARRY"/wheels/*.whl "$CARRY"/deps/*.whl
 for v in $VERSIONS; do
-    whl=$(ls "$CACHE/wheels/flashinfer_python-$v-"*.whl | head -n1)
+    whl=$(find "$CACHE/wheels" -maxdepth 1 -name "flashinfer_python-$v-*.whl" | sort | head -n1)
     site=$CACHE/fi-$v
     [ -d "$site/flashinfer" ] ||
         "$BENV/bin/python" -m pip install -q --no-deps --target "$site" "$whl"
     rm -rf "$CACHE/aot-$v"
     echo "== compiling bf16 batch decode, CUDA-core and tensor-core (fa2) paths, head_dim" \
         "$HEAD_DIMS, for arch $ARCH with FlashInfer $v"
+    # shellcheck disable=SC2086  # $HEAD_DIMS: one argument per head size
     (cd "$CACHE" && env PYTHONPATH="$site" FLASHINFER_WORKSPACE_BASE="$CACHE/ws-$v" \
         FLASHINFER_CUDA_ARCH_LIST="$ARCH" FLASHINFER_EXTRA_LDFLAGS="-L$CACHE/stubs" \
         "$BENV/bin/python" "$ROOT/bench/race/build_decode_aot.py" "$CACHE/aot-$v" \
         --tensor-cores $HEAD_DIMS)
     "$BENV/bin/python" "$ROOT/bench/race/slim_wheel.py" "$whl" "$CACHE/aot-$v" "$CARRY/wheels"
 done
-cp "$(ls "$CACHE/wheels"/apache_tvm_ffi-*cp312*.whl | sort | tail -n1)" "$CARRY/deps/"
+cp "$(find "$CACHE/wheels" -maxdepth 1 -name 'apache_tvm_ffi-*cp312*.whl' | sort | tail -n1)" "$CARRY/deps/"
 
 git -C "$ROOT" check-ignore -q "$CARRY" || { echo "$CARRY is not git-ignored" >&2; exit 1; }
 du -sh "$CARRY"/wheels/* "$CARRY"/deps/*; du -sh "$CARRY"

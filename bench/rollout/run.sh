@@ -43,7 +43,7 @@ timed() {  # label limit playbook extra-json: prints the wall seconds
   ansible-playbook -i "${INVENTORY}" -l "$2" "$3" -e "$4" >"${LOG}/$1.log" 2>&1 \
     || { echo "bench/rollout: $1 failed, see ${LOG}/$1.log" >&2; exit 1; }
   end=$(date +%s.%N)
-  echo "$(echo "${end} - ${start}" | bc)"
+  echo "${end} - ${start}" | bc
 }
 
 knob "${DOWNLOAD_S}"

@@ -24,6 +24,7 @@ request() {  # addr port method path [authorization]
   local body='{"prompt": "hi", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}'
   local status
   [[ $addr == *:* ]] && addr="[$addr]"
+  # shellcheck disable=SC2016  # expanded by the inner bash, from its own arguments
   status=$(timeout "$TIMEOUT" bash -c '
     exec 3<>"/dev/tcp/$0/$1" || exit 1
     {
@@ -44,6 +45,7 @@ probe() {  # name addr port method path [authorization]
 # fingerprint (nginx-health, -invocations, -v1-with-key, -v1-without-key, -fingerprint), and the
 # same port asked in plain HTTP (nginx-plain-health: refused).
 if [ -n "${PUBLIC_PORT:-}" ]; then
+  # shellcheck disable=SC2153  # RIG, like RIG6, is given by the caller (above)
   python3 /lan_face_check.py --host "$RIG" --port "$PUBLIC_PORT" --fingerprint "$FINGERPRINT" \
     --key-env KEY --lines nginx- || true
 fi

@@ -1,6 +1,9 @@
-"""The module that writes a release's files in one run (library/vllm_dual_fast_files.py): only
-what differs is rewritten, what drifted is put back, a kept file stays, nothing is written in
-check mode, a path may not leave the root, and a file's content never reaches the output."""
+"""The module that writes a set of files in one run (library/vllm_dual_fast_files.py): a
+release's files, and the engine guard's and the metrics collector's under /. Only what differs
+is rewritten, what drifted is put back, a kept file stays, nothing is written in check mode, a
+path may not leave the root, a file's content never reaches the output, a file its validate
+command refuses replaces nothing, links are put back, and folders that exist are left alone
+unless the role owns them."""
 
 import base64
 import grp
@@ -33,9 +36,9 @@ def _files(**changes):
     return files
 
 
-def _write(tmp_path, root, files, check=False):
+def _write(tmp_path, root, files, check=False, **options):
     task = {"vllm_dual_fast_files": {"root": str(root), "files": files, "owner": OWNER,
-                                     "group": GROUP},
+                                     "group": GROUP, **options},
             "register": "written"}
     plays = [{"hosts": "localhost", "gather_facts": False,
               "tasks": [task, {"ansible.builtin.debug": {
@@ -121,3 +124,61 @@ def test_needs_write_compares_bytes_mode_and_owner(tmp_path):
     link = tmp_path / "link"
     link.symlink_to(path)
     assert files_module.needs_write(str(link), b"a", 0o644, uid, gid, False)
+
+
+def test_a_file_its_validate_command_refuses_replaces_nothing(tmp_path):
+    # The engine guard's script is checked with `sh -n` before it replaces the one in place: a
+    # broken script must never be what Docker's drop-in runs at its next start.
+    root = tmp_path / "sys"
+    good = {"usr/local/sbin/guard": {"content": "#!/bin/sh\necho ok\n", "mode": "0755",
+                                     "validate": "sh -n %s"}}
+    result, out, written = _write(tmp_path, root, good)
+    assert result.returncode == 0 and written["written"] == ["usr/local/sbin/guard"], out
+    broken = {"usr/local/sbin/guard": {"content": "#!/bin/sh\nif then fi (\n", "mode": "0755",
+                                       "validate": "sh -n %s"}}
+    result, out, _ = _write(tmp_path, root, broken)
+    assert result.returncode != 0 and "guard: its validate command refused it" in out, out
+    assert (root / "usr/local/sbin/guard").read_text() == "#!/bin/sh\necho ok\n"
+    assert not list((root / "usr/local/sbin").glob(".vdf-*")), "a temporary file was left"
+
+
+def test_links_are_put_in_place_and_back_and_existed_names_what_was_there(tmp_path):
+    root = tmp_path / "sys"
+    unit = {"etc/systemd/system/x.timer": {"content": "[Timer]\n", "mode": "0644"}}
+    wants = {"etc/systemd/system/timers.target.wants/x.timer": "/etc/systemd/system/x.timer"}
+    result, out, written = _write(tmp_path, root, unit, links=wants)
+    assert result.returncode == 0 and written["existed"] == [], out
+    assert written["linked"] == list(wants)
+    link = root / "etc/systemd/system/timers.target.wants/x.timer"
+    assert os.readlink(link) == "/etc/systemd/system/x.timer"
+    result, out, written = _write(tmp_path, root, unit, links=wants)
+    assert not written["changed"] and written["existed"] == list(unit), out
+    link.unlink()
+    link.symlink_to("/elsewhere")                      # pointed elsewhere by hand
+    result, out, written = _write(tmp_path, root, unit, links=wants)
+    assert written["changed"] and written["linked"] == list(wants)
+    assert os.readlink(link) == "/etc/systemd/system/x.timer"
+
+
+def test_existing_folders_are_left_alone_but_the_role_s_own(tmp_path):
+    # Under / the parents of a unit or script are the system's (/usr/local/sbin is 2775 on some
+    # hosts): they must not be chmod-ed; the role's own folders are kept at 0755.
+    root = tmp_path / "sys"
+    (root / "usr/local/sbin").mkdir(parents=True)
+    os.chmod(root / "usr/local/sbin", 0o2775)    # noqa: S103 (the folder as some hosts have it)
+    (root / "usr/local/lib/vdf").mkdir(parents=True)
+    os.chmod(root / "usr/local/lib/vdf", 0o700)
+    files = {"usr/local/sbin/guard": {"content": "x\n", "mode": "0755"},
+             "usr/local/lib/vdf/tool.py": {"content": "y\n", "mode": "0755"},
+             "etc/new/settings.env": {"content": "z\n", "mode": "0644"}}
+    result, out, written = _write(tmp_path, root, files, keep_existing_folders=True,
+                                  folders=["usr/local/lib/vdf"])
+    assert result.returncode == 0, out
+    assert oct((root / "usr/local/sbin").stat().st_mode & 0o7777) == "0o2775"
+    assert oct((root / "usr/local/lib/vdf").stat().st_mode & 0o7777) == "0o755"
+    assert oct((root / "etc/new").stat().st_mode & 0o7777) == "0o755"    # made, as asked
+    os.chmod(root / "usr/local/lib/vdf", 0o700)        # the role's own folder, drifted
+    result, out, written = _write(tmp_path, root, files, keep_existing_folders=True,
+                                  folders=["usr/local/lib/vdf"])
+    assert written["changed"] and written["written"] == [], out
+    assert oct((root / "usr/local/lib/vdf").stat().st_mode & 0o7777) == "0o755"

@@ -39,6 +39,7 @@ import io
 import json
 import os
 import re
+import signal
 import stat
 import sys
 import tempfile
@@ -441,8 +442,12 @@ def tree_lock(lib_root: str):
 
 
 def _pause(step: str) -> None:
-    """Test hook: FI_PINQ_TEST_PAUSE=seconds sleeps between write steps, widening the window a
-    crash test can hit. Unset in production."""
+    """Test hooks, unset in production. FI_PINQ_TEST_STOP_AT=<step> stops the process (SIGSTOP)
+    at that step (start, parsed, locked, write: the temp file half written, rename: just before
+    the rename, renamed: just after it), for a crash test to kill it at that very point.
+    FI_PINQ_TEST_PAUSE=seconds sleeps between write steps (a window concurrent runs overlap in)."""
+    if os.environ.get("FI_PINQ_TEST_STOP_AT") == step:
+        os.kill(os.getpid(), signal.SIGSTOP)
     delay = os.environ.get("FI_PINQ_TEST_PAUSE")
     if delay:
         time.sleep(float(delay))
@@ -475,6 +480,7 @@ def atomic_replace(path: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    _pause("renamed")
     dfd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dfd)  # make the rename itself durable
@@ -515,6 +521,7 @@ def inspect_tree(lib_root: str, names: Sequence[str]) -> List[FileReport]:
 def apply(lib_root: str, names: Sequence[str], mode: str) -> List[FileReport]:
     """mode: 'check', 'patch' or 'revert'. Writes only under the tree lock, after re-reading."""
     reports = inspect_tree(lib_root, names)
+    _pause("parsed")
     wanted = "unpatched" if mode == "patch" else "already-patched"
     if mode == "check" or not any(r.status == wanted for r in reports):
         return reports
@@ -524,6 +531,7 @@ def apply(lib_root: str, names: Sequence[str], mode: str) -> List[FileReport]:
             if reason:
                 raise Refused(f"{r.name}: write needed but {reason}; nothing written")
     with tree_lock(lib_root):
+        _pause("locked")
         _clean_stale_temps(lib_root)
         reports, writes = [], []
         for name in names:  # classify again: another run may have written while we waited
@@ -580,6 +588,7 @@ def run(argv: Sequence[str] | None = None) -> Tuple[int, dict]:
     group.add_argument("--revert", action="store_true", help="restore the original bytes")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
+    _pause("start")
     use_all = args.all or os.environ.get("FI_PINQ_LIB_ALL", "") in ("1", "true", "yes")
     names = ALL_TARGETS if use_all else DEFAULT_TARGETS
     mode = "check" if args.check else "revert" if args.revert else "patch"

@@ -1,29 +1,31 @@
-"""Crash safety (SIGKILL at moments spread over a whole run) and concurrent runs on one tree."""
+"""Crash safety (SIGKILL at each step of a run, stopped there by the patcher's own test hook) and
+concurrent runs on one tree."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from flashinfer_releases import PATCHER, load_patcher, release_tree
 
 VERSION = "0.7.2.post1"
-# Kills spread evenly over a run's length, one at a random moment in each of KILLS equal slices of
-# it: every phase (start-up, parsing, the write, the rename) is hit, as 200 purely random kill
-# times did, at 40 % of the processes started (this test was the slowest of pytest).
-KILLS = 80
-# Sleep between write steps (mid temp-file write, before the rename) so random kills land in the
-# write window too, not only in start-up and parsing.
-PAUSE = "0.02"
-# Attempts between checks that the kills still reach the write (the window is stretched if not).
-BLOCK = 20
+# Each step a run goes through, where FI_PINQ_TEST_STOP_AT stops it for the kill: what decode.py
+# must then hold, and whether the run's temporary file is left (the next writer removes it).
+STEPS = [
+    ("start", "original", False),      # the interpreter up, nothing read
+    ("parsed", "original", False),     # decode.py read and classified, no lock yet
+    ("locked", "original", False),     # the tree lock held, before the second read
+    ("write", "original", True),       # the new file half written to its temporary file
+    ("rename", "original", True),      # the new file complete and checked, not renamed
+    ("renamed", "patched", False),     # renamed over decode.py, the folder not yet fsynced
+]
 
 
 @pytest.fixture()
@@ -35,8 +37,8 @@ def decode_only(tmp_path):
     return lib
 
 
-def start(lib, pause=PAUSE):
-    env = {**os.environ, "FI_PINQ_TEST_PAUSE": pause}
+def start(lib, pause="", stop_at=""):
+    env = {**os.environ, "FI_PINQ_TEST_PAUSE": pause, "FI_PINQ_TEST_STOP_AT": stop_at}
     return subprocess.Popen(
         [sys.executable, str(PATCHER), "--lib-root", str(lib), "--json"],
         stdout=subprocess.PIPE,
@@ -45,63 +47,35 @@ def start(lib, pause=PAUSE):
     )
 
 
-def run_time(lib, original, patched, runs):
-    """The median time of whole runs now (the machine's load moves it: pytest beside Molecule);
-    each run, not killed, must leave the file patched."""
-    durations = []
-    for _ in range(runs):
-        (lib / "decode.py").write_bytes(original)
-        t0 = time.monotonic()
-        assert start(lib).wait(timeout=60) == 0
-        durations.append(time.monotonic() - t0)
-        assert (lib / "decode.py").read_bytes() == patched
-    return sorted(durations)[len(durations) // 2]
+def wait_stopped(proc, timeout_s=60):
+    """Whether proc stopped itself (SIGSTOP: state T in /proc) before it ended or time ran out."""
+    stat = Path(f"/proc/{proc.pid}/stat")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if stat.read_text().rsplit(")", 1)[1].split()[0] == "T":
+            return True
+        time.sleep(0.01)
+    return False
 
 
-def test_sigkill_at_any_moment_leaves_original_or_patched(decode_only):
+@pytest.mark.parametrize("step, holds, temp_left", STEPS, ids=[s[0] for s in STEPS])
+def test_sigkill_at_each_step_leaves_the_original_or_the_patched_file(decode_only, step, holds,
+                                                                     temp_left):
     decode = decode_only / "decode.py"
     original = decode.read_bytes()
     patched = load_patcher().patch_source(original, "decode.py")
     compile(patched, "decode.py", "exec")  # the only two states allowed; both compile
-    window = run_time(decode_only, original, patched, runs=3)  # kills span such a whole run
-
-    rng = random.Random(40756)  # noqa: S311 -- reproducible kill times, not secrets
-    seen = {"original": 0, "patched": 0, "killed": 0, "finished": 0, "mid_write": 0, "stretched": 0}
-    reached_write = 0  # in this block of BLOCK attempts: kills at or after the write
-    deadline = time.monotonic() + 300  # bounded on any machine; the asserts say what was missed
-    attempt = 0
-    # Until KILLS runs died mid-way and the kills reached the write and the rename. Under load a
-    # run can outlast the window measured before (every kill then lands in start-up): a block
-    # whose kills all missed the write measures the run again and stretches the window.
-    while time.monotonic() < deadline and attempt < 4 * KILLS:
-        if seen["killed"] >= KILLS and seen["patched"] and seen["mid_write"]:
-            break
-        if attempt and attempt % BLOCK == 0:
-            if not reached_write:
-                window = max(1.5 * window, run_time(decode_only, original, patched, runs=1))
-                seen["stretched"] += 1
-            reached_write = 0
-        decode.write_bytes(original)
-        proc = start(decode_only)
-        time.sleep(window * (attempt % KILLS + rng.random()) / KILLS)
+    proc = start(decode_only, stop_at=step)
+    try:
+        assert wait_stopped(proc), f"the run never reached {step!r}: {proc.communicate()}"
+    finally:
         proc.send_signal(signal.SIGKILL)
-        rc = proc.wait(timeout=60)
-        attempt += 1
-        seen["killed" if rc == -signal.SIGKILL else "finished"] += 1
-        # A temp file left behind: this kill landed while the new file was being written.
-        mid_write = any(p.name.startswith(".fi-pinq-") for p in decode_only.iterdir())
-        seen["mid_write"] += mid_write
-        data = decode.read_bytes()
-        assert data in (original, patched), f"a kill left a partial file ({seen})"
-        seen["original" if data == original else "patched"] += 1
-        reached_write += mid_write or data == patched
-
-    print(f"SIGKILL runs: {seen}")  # shown with pytest -s
-    assert seen["killed"] >= KILLS, seen
-    assert seen["original"] and seen["patched"] and seen["mid_write"], seen
-    # A killed run may leave its temp file; the next writer removes it under the lock.
-    decode.write_bytes(original)
-    assert start(decode_only, pause="").wait(timeout=60) == 0
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    assert decode.read_bytes() == {"original": original, "patched": patched}[holds]
+    temps = [p.name for p in decode_only.iterdir() if p.name.startswith(".fi-pinq-")]
+    assert bool(temps) == temp_left, temps
+    # The next run finishes the job and removes what the killed one left, under the lock.
+    assert start(decode_only).wait(timeout=60) == 0
     assert sorted(p.name for p in decode_only.iterdir()) == [".fi-pinq.lock", "decode.py"]
     assert decode.read_bytes() == patched
 

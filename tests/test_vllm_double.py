@@ -368,6 +368,23 @@ def test_hf_double_downloads_once_and_serve_finds_it(double, tmp_path):
     assert record["model_resolved"] == {"path": snapshot}
 
 
+def kill_once_partly_written(proc, home, repo, total_bytes, timeout_s=10):
+    """Kills a download as soon as its partial file holds some but not all of the weights (an
+    interrupted download at a point it really reached, not after a guessed sleep); the partial
+    file."""
+    pattern = f"hub/models--{repo.replace('/', '--')}/snapshots/*/model.safetensors.incomplete"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(home.glob(pattern))
+        if found and 0 < found[0].stat().st_size < total_bytes:
+            break
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait(timeout=10)
+    [partial] = list(home.glob(pattern))
+    return partial
+
+
 def test_hf_double_download_takes_its_knob_time_and_resumes_a_partial_file(tmp_path):
     env = double_env(tmp_path)
     home = tmp_path / "hf"
@@ -376,10 +393,7 @@ def test_hf_double_download_takes_its_knob_time_and_resumes_a_partial_file(tmp_p
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "vllm._double.hf_cli", "download", "Org/Slow"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
-    proc.kill()  # an interrupted download
-    proc.wait(timeout=10)
-    [partial] = list(home.glob("hub/models--Org--Slow/snapshots/*/model.safetensors.incomplete"))
+    partial = kill_once_partly_written(proc, home, "Org/Slow", 2 * 1024 * 1024)
     have = partial.stat().st_size
     assert 0 < have < 2 * 1024 * 1024
     resumed = hf(env, "download", "Org/Slow")
@@ -387,7 +401,8 @@ def test_hf_double_download_takes_its_knob_time_and_resumes_a_partial_file(tmp_p
     assert f"resuming at {have} bytes" in resumed.stderr
     weights = partial.with_name("model.safetensors")
     assert weights.stat().st_size == 2 * 1024 * 1024 and not partial.exists()
-    assert time.monotonic() - started >= 0.9  # the knob's time, split across both runs
+    # The knob's time (1 s), split across both runs: the rest of it taken by the resumed one.
+    assert time.monotonic() - started >= 0.9
 
 
 
@@ -402,10 +417,7 @@ def test_hf_double_resume_takes_the_resume_knob_s_time_whatever_is_left(tmp_path
     knob.write_text(json.dumps({"weights_mb": 1, "download_s": 0.5, "resume_s": 1.5}))
     proc = subprocess.Popen([sys.executable, "-m", "vllm._double.hf_cli", "download", "Org/Resume"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.35)  # most of the file written: download_s alone would leave ~0.15 s
-    proc.kill()
-    proc.wait(timeout=10)
-    [partial] = list(home.glob("hub/models--Org--Resume/snapshots/*/model.safetensors.incomplete"))
+    partial = kill_once_partly_written(proc, home, "Org/Resume", 1024 * 1024)
     assert 0 < partial.stat().st_size < 1024 * 1024
     started = time.monotonic()
     resumed = hf(env, "download", "Org/Resume")

@@ -22,8 +22,9 @@ vdf_rig_metrics_source_up{source=...}; the others are still written):
   model_cache  the free and total bytes of the file system that holds the model cache.
 
 Every metric it writes is in METRICS (name -> type, help): the alert rules and the dashboard name
-only those (tests/test_rig_metrics.py). The file is written whole: a temporary file in the
-same folder, then a rename, as node_exporter's documentation asks, so a scrape never reads half.
+only those (tests/integration/test_rig_metrics.py). The file is written whole: a temporary file
+in the same folder, then a rename, as node_exporter's documentation asks, so a scrape never
+reads half.
 Exit codes: 0 written (even with a source down: that is a metric), 2 bad usage, 1 unexpected.
 Standard library only: it runs on any rig.
 """

@@ -252,5 +252,5 @@ main() {
   say "engine $(engine_version) answers and runs privileged systemd rigs"
 }
 
-# Sourced (tests/test_docker_engine_script.py), it only defines its functions.
+# Sourced (tests/integration/test_docker_engine_script.py), it only defines its functions.
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then main "$@"; fi

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Debian packages of this machine that the tests use as they are (real programs, not doubles):
-#   nginx: tests/test_nginx_proxy.py runs the role's LAN proxy site in a real nginx.
-#   unattended-upgrades, needrestart: tests/test_upgrade_guard.py runs them on a fake root
+#   nginx: tests/integration/test_nginx_proxy.py runs the role's LAN proxy site in a real nginx.
+#   unattended-upgrades, needrestart: tests/integration/test_upgrade_guard.py runs them on a fake root
 #   against the Ubuntu archive double, with the role's configuration.
 #   prometheus, prometheus-alertmanager, prometheus-node-exporter: promtool and amtool check
-#   the rig metrics' format and the monitoring files, and tests/test_monitoring_stack.py runs
-#   all three on loopback (tests/test_rig_metrics.py, test_monitoring_rules.py).
+#   the rig metrics' format and the monitoring files, and tests/integration/test_monitoring_stack.py runs
+#   all three on loopback (tests/integration/test_rig_metrics.py, test_monitoring_rules.py).
 # Installed from the machine's own sources, without starting any service (no init system here;
 # the tests start their own nginx on loopback with a temporary prefix).
 set -euo pipefail

@@ -5,7 +5,8 @@
     python3 scripts/variables-doc.py           # rewrite docs/variables.md
     python3 scripts/variables-doc.py --check   # exit 1 when it is not what the specs give
 
-tests/test_variables_doc.py runs the check in `make test`, so a variable added to a spec and
+tests/integration/test_variables_doc.py runs the check in `make test`, so a variable added to a
+spec and
 not to the reference fails CI. Exit: 0 written or current; 1 out of date (--check); 2 bad spec.
 """
 

@@ -1,6 +1,6 @@
 """The engine contract: what the project relies on an OpenAI-compatible vLLM server to answer,
 observed the same way on any server, so the vLLM double can be held to the real vLLM
-(tests/test_engine_contract.py runs both).
+(tests/integration/test_engine_contract.py runs both).
 
 observe(base_url, key, model) sends the same requests to a server and returns what the role,
 smoke.py, nginx's rules and the monitoring role depend on, as plain data:

@@ -1,7 +1,8 @@
 """Records what the real nvidia-smi answers to every invocation the role makes (and a few it
 must understand when they fail), as JSON: [{"argv", "rc", "stdout", "stderr"}]. Run on a machine
 with NVIDIA GPUs and a driver (the device machine: `python3 tests/recorded/record_nvidia_smi.py
-OUT.json`); tests/test_nvidia_smi_recorded.py holds the nvidia-smi double to what it recorded.
+OUT.json`); tests/integration/test_nvidia_smi_recorded.py holds the nvidia-smi double to what it
+recorded.
 """
 
 import json

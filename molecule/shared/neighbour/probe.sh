@@ -9,7 +9,7 @@
 #   ENGINE_PORT    the port the engine listens on in its container (8000)
 #   LOOPBACK_PORT  the engine's port published on the rig's loopback
 #   PUBLIC_PORT    nginx's port on the rig; KEY, the API key. Empty PUBLIC_PORT: a rig with no
-#                  nginx (tests/test_engine_guard.py), the nginx probes are left out
+#                  nginx (tests/integration/test_engine_guard.py), the nginx probes are left out
 #   FINGERPRINT    the SHA-256 of the certificate the rig's verdict printed: nginx speaks only
 #                  TLS, asked through /lan_face_check.py (files/lan_face_check.py) pinned to it
 #   DECOY_ADDR, DECOY_LOOPBACK_PORT  a plain web server the test started in the rig, unguarded:

@@ -1,5 +1,5 @@
 """Pure helpers for the NVIDIA driver tasks: facts and file text in, plain data out (tested in
-tests/test_driver_filters.py).
+tests/unit/test_driver_filters.py).
 
 Which APT entries are Debian's archive (the ones that get `contrib` and `non-free`):
 an entry (a one-line `deb`/`deb-src` line, or a deb822 stanza) counts when ALL of these hold:
@@ -298,7 +298,8 @@ def debian_kernel_packages(kernel, distribution, headers):
     flavour's headers meta (linux-headers-amd64) the flavour's image meta too. The headers meta
     brings the archive's newest kernel's headers, and DKMS builds only for kernels with headers:
     a rig that has not upgraded since would reboot into its older kernel without a module, so the
-    image moves with the headers (tests/test_debian_kernel_packages.py). An owner's own headers
+    image moves with the headers (tests/integration/test_debian_kernel_packages.py). An owner's own
+    headers
     package, or a kernel of no known flavour, leaves the kernel alone."""
     flavour = _kernel_flavour(kernel) if str(distribution).lower() == "debian" else None
     if flavour and headers == f"linux-headers-{flavour}":
@@ -350,7 +351,8 @@ def secure_boot_refusal(family):
 # (linux-modules-nvidia-<b>-server-<abi> needs exactly that nvidia-kernel-common, and the held
 # utils need exactly theirs): after a driver point release the next kernel's module needs the
 # newer driver, so holding user space alone lets the kernel move without its module (proved with
-# APT: tests/test_ubuntu_kernel_updates.py). There the kernel's meta packages and the module meta
+# APT: tests/integration/test_ubuntu_kernel_updates.py). There the kernel's meta packages and the
+# module meta
 # are held with user space, as one unit that only the maintenance run (playbooks/maintain.yml)
 # moves, all together.
 _USER_SPACE = {

@@ -2,7 +2,8 @@
 checks every release must pass and the canary's gates, and health_verdict, which turns what the
 checks returned into the report (files/schemas/health-report.schema.json), its failures and the
 run's outcome (files/schemas/outcome.schema.json), in one call (pure; tested in
-tests/test_health_filters.py, tests/test_role_filters.py and tests/test_health_report.py)."""
+tests/unit/test_health_filters.py, tests/unit/test_role_filters.py and
+tests/unit/test_health_report.py)."""
 
 import base64
 import json

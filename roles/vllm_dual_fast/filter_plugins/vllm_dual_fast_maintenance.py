@@ -1,6 +1,7 @@
 """Pure helpers for the maintenance run (tasks/maintain.yml): what APT would do, which kernel
 GRUB boots, how to name the previous one for grub-reboot, and the one builder of the run's
-result (files/schemas/maintenance.schema.json). Tested in tests/test_maintenance_filters.py."""
+result (files/schemas/maintenance.schema.json). Tested in
+tests/integration/test_maintenance_filters.py."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""Pure helpers for pull mode (tested in tests/test_pull_python.py)."""
+"""Pure helpers for pull mode (tested in tests/integration/test_pull_python.py)."""
 
 import re
 

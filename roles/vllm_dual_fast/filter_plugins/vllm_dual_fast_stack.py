@@ -1,4 +1,4 @@
-"""Container-stack choices (pure; tested in tests/test_stack_filters.py)."""
+"""Container-stack choices (pure; tested in tests/integration/test_stack_filters.py)."""
 
 # Engines an owner may already run, and the Compose v2 plugin that goes with each.
 _ENGINE_FAMILIES = (

@@ -1,5 +1,5 @@
 """The verdict a rig owner reads first: a few lines from a health report (pure; tested in
-tests/test_summary.py). The JSON report stays complete in its file; these lines name it.
+tests/integration/test_summary.py). The JSON report stays complete in its file; these lines name it.
 Also importable as a plain module (scripts/rig-summary.py prints a saved report's verdict)."""
 
 # The report shapes this reads (files/schemas/health-report.schema.json): 1, written before the

@@ -1,5 +1,5 @@
 """The LAN bind's certificate (tasks/tls.yml): the names it is made for and its fingerprint
-(pure; tested in tests/test_lan_tls.py)."""
+(pure; tested in tests/integration/test_lan_tls.py)."""
 
 import ipaddress
 import re

@@ -921,7 +921,8 @@ class Engine:
 
     def over_context(self, messages, max_tokens: int):
         """vLLM 0.27.1's 400 for a request that cannot fit max_model_len (vllm/renderers/
-        params.py; bodies recorded from the real engine, tests/test_engine_contract.py), or
+        params.py; bodies recorded from the real engine,
+        tests/integration/test_engine_contract.py), or
         None. Its tokenizer stops at one token past what fits, hence "at least"."""
         limit = self.model_len()
         if max_tokens > limit:

@@ -1,0 +1,269 @@
+# ruff: noqa: E501  (apt-get and grub.cfg lines verbatim)
+"""The maintenance run's pure helpers (filter_plugins/vllm_dual_fast_maintenance.py) on what the
+real tools print: `apt-get -s`, /boot, a grub.cfg as grub-mkconfig's 10_linux writes it on Ubuntu
+and on Debian, `find /lib/modules`."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location(
+    "vdf_maintenance", ROOT / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_maintenance.py")
+mnt = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mnt)
+SCHEMA = json.loads((ROOT / "files/schemas/maintenance.schema.json").read_text())
+KERNEL_DOUBLE = ROOT / "molecule/images/kernel-target/vdf-kernel-double"
+
+APT_SIMULATION = """\
+Reading package lists...
+Building dependency tree...
+The following NEW packages will be installed:
+  linux-image-6.8.0-51-generic linux-modules-nvidia-580-server-6.8.0-51-generic
+Inst linux-image-6.8.0-51-generic (6.8.0-51.52 Ubuntu:24.04/noble-updates [amd64])
+Inst nvidia-utils-580-server [580.95.05-0ubuntu0.24.04.1] (580.105.08-0ubuntu0.24.04.1 Ubuntu:24.04/noble-updates [amd64]) []
+Remv linux-modules-nvidia-580-server-6.8.0-49-generic [6.8.0-49.50+1]
+Conf linux-image-6.8.0-51-generic (6.8.0-51.52 Ubuntu:24.04/noble-updates [amd64])
+"""
+
+# A Debian 12 grub.cfg's menu, as update-grub writes it (ids carry the root file system's UUID).
+DEBIAN_GRUB = """\
+menuentry 'Debian GNU/Linux' --class debian --class gnu-linux --class gnu --class os $menuentry_id_option 'gnulinux-simple-5f1c' {
+	linux	/boot/vmlinuz-6.1.0-28-amd64 root=UUID=5f1c ro  quiet
+}
+submenu 'Advanced options for Debian GNU/Linux' $menuentry_id_option 'gnulinux-advanced-5f1c' {
+	menuentry 'Debian GNU/Linux, with Linux 6.1.0-28-amd64' --class debian $menuentry_id_option 'gnulinux-6.1.0-28-amd64-advanced-5f1c' {
+		linux	/boot/vmlinuz-6.1.0-28-amd64 root=UUID=5f1c ro  quiet
+	}
+	menuentry 'Debian GNU/Linux, with Linux 6.1.0-28-amd64 (recovery mode)' --class debian $menuentry_id_option 'gnulinux-6.1.0-28-amd64-recovery-5f1c' {
+		linux	/boot/vmlinuz-6.1.0-28-amd64 root=UUID=5f1c ro single
+	}
+	menuentry 'Debian GNU/Linux, with Linux 6.1.0-27-amd64' --class debian $menuentry_id_option 'gnulinux-6.1.0-27-amd64-advanced-5f1c' {
+		linux	/boot/vmlinuz-6.1.0-27-amd64 root=UUID=5f1c ro  quiet
+	}
+}
+menuentry 'UEFI Firmware Settings' $menuentry_id_option 'uefi-firmware' {
+	fwsetup
+}
+"""
+
+
+def test_apt_s_lines_become_what_would_be_installed_and_removed():
+    plan = mnt.apt_simulation(APT_SIMULATION)
+    assert plan["install"] == [
+        {"name": "linux-image-6.8.0-51-generic", "from": "", "to": "6.8.0-51.52"},
+        {"name": "nvidia-utils-580-server", "from": "580.95.05-0ubuntu0.24.04.1",
+         "to": "580.105.08-0ubuntu0.24.04.1"},
+    ]
+    assert plan["remove"] == ["linux-modules-nvidia-580-server-6.8.0-49-generic"]
+    assert mnt.apt_simulation("0 upgraded, 0 newly installed\n") == {"install": [], "remove": []}
+
+
+def test_the_newest_kernel_is_grub_s_entry_zero_in_version_order():
+    assert mnt.newest_kernel(["/boot/vmlinuz-6.8.0-9-generic", "/boot/vmlinuz-6.8.0-51-generic",
+                              "/boot/vmlinuz-6.8.0-50-generic"]) == "6.8.0-51-generic"
+    assert mnt.newest_kernel(["vmlinuz-6.1.0-28-amd64", "vmlinuz-6.12.9-amd64"]) == "6.12.9-amd64"
+    assert mnt.newest_kernel([]) == ""
+
+
+def test_the_previous_kernel_is_named_by_grub_s_stable_ids():
+    assert mnt.grub_entry(DEBIAN_GRUB, "6.1.0-27-amd64") == (
+        "gnulinux-advanced-5f1c>gnulinux-6.1.0-27-amd64-advanced-5f1c")
+    assert mnt.grub_entry(DEBIAN_GRUB, "6.1.0-2-amd64") == ""
+    assert mnt.grub_entry("", "6.1.0-27-amd64") == ""
+
+
+def test_the_name_resolves_to_that_kernel_in_the_kernel_double(tmp_path):
+    """The name the role passes to grub-reboot boots that kernel (GRUB's rules, in the double)."""
+    env = {"VDF_KERNEL_DOUBLE_BIND_BOOT_ID": "0", "PATH": "/usr/bin:/bin"}
+    for name in ("boot", "run", "modules", "log"):
+        (tmp_path / name).mkdir()
+        env[f"VDF_KERNEL_DOUBLE_{name.upper()}"] = str(tmp_path / name)
+    for kernel in ("6.8.0-50-generic", "6.8.0-51-generic"):
+        (tmp_path / "boot" / f"vmlinuz-{kernel}").write_text("")
+
+    def run(*args):
+        subprocess.run([sys.executable, str(KERNEL_DOUBLE), *args], env=env, check=True,
+                       capture_output=True)
+
+    run("update-grub")
+    entry = mnt.grub_entry((tmp_path / "boot/grub/grub.cfg").read_text(), "6.8.0-50-generic")
+    assert entry
+    run("grub-reboot", entry)
+    run("boot")
+    assert (tmp_path / "run/release").read_text().strip() == "6.8.0-50-generic"
+
+
+def test_a_module_is_found_only_for_its_own_kernel():
+    found = "/lib/modules/6.8.0-50-generic/kernel/nvidia-580srv/nvidia.ko\n"
+    assert mnt.module_file_for(found, "6.8.0-50-generic")
+    assert not mnt.module_file_for(found, "6.8.0-51-generic")
+    dkms = "/lib/modules/6.12.9-amd64/updates/dkms/nvidia-current.ko.xz\n"
+    assert mnt.module_file_for(dkms, "6.12.9-amd64")
+
+
+def test_the_maintenance_run_finds_the_module_each_driver_source_installs():
+    """maintain_apply.yml finds a kernel's module by file name: Ubuntu's signed module and NVIDIA's
+    DKMS build are nvidia.ko, Debian's DKMS installs it as nvidia-current.ko.xz (nvidia-kernel-dkms'
+    dkms.conf: DEST_MODULE_NAME "nvidia-current", compressed as Debian's kernel asks). Missing
+    Debian's name, the run took every new kernel for one without its module and stayed on the old."""
+    import fnmatch
+
+    import yaml
+
+    tasks = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain_apply.yml").read_text())
+    find = next(t for t in tasks if t.get("name") == "Find the NVIDIA modules of the installed kernels")
+    patterns = find["ansible.builtin.find"]["patterns"]
+    patterns = [patterns] if isinstance(patterns, str) else patterns
+
+    def found(name):
+        return any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
+
+    assert all(found(name) for name in ("nvidia.ko", "nvidia.ko.zst", "nvidia-current.ko.xz", "nvidia-current.ko"))
+    assert not any(found(name) for name in ("nvidia-current-modeset.ko.xz", "nvidia-uvm.ko", "nvidia-drm.ko.zst"))
+
+
+@pytest.mark.parametrize("state", mnt.MAINTENANCE_STATES)
+def test_every_result_the_builder_makes_is_valid(state):
+    result = mnt.maintenance_result(state, reason="a\nlong " * 100, packages=["b", "a"],
+                                    apt_lines=[f"line {n}" for n in range(40)], fell_back=1)
+    jsonschema.validate(result, SCHEMA)
+    assert result["packages"] == ["a", "b"] and result["apt_lines"][-1] == "line 39"
+    assert len(result["apt_lines"]) == 20 and "\n" not in result["reason"]
+
+
+def test_the_schema_names_the_states_the_builder_knows():
+    assert sorted(SCHEMA["properties"]["state"]["enum"]) == sorted(mnt.MAINTENANCE_STATES)
+    with pytest.raises(ValueError, match="unknown maintenance state"):
+        mnt.maintenance_result("rebooted")
+
+
+BEFORE = {"kernel_before": "6.8.0-50-generic", "driver_before": "580.95.05",
+          "packages": ["nvidia-utils-580-server", "linux-generic"]}
+
+
+def verdict(**changed):
+    result = mnt.maintenance_verdict({**BEFORE, "next_kernel": "6.8.0-51-generic",
+                                      "kernel_after": "6.8.0-51-generic",
+                                      "driver_after": "580.105.08", "satisfied": True,
+                                      "apt_failed": False, "fell_back": False, **changed})
+    jsonschema.validate(result, SCHEMA)
+    return result
+
+
+def test_kernel_and_driver_up_together_is_maintained():
+    result = verdict(serving_release="r3")
+    assert (result["state"], result["reason"]) == ("maintained", "")
+    assert result["serving"] == {"release": "r3", "healthy": True}
+    assert (result["kernel_after"], result["driver_after"]) == ("6.8.0-51-generic", "580.105.08")
+
+
+def test_a_rig_that_served_nothing_reports_no_health_rather_than_unhealthy():
+    """The Debian rig of the driver scenario serves nothing: its maintenance.json said
+    `healthy: false` as if a release had failed. A release that served before and did not come
+    back is the failure `false` means."""
+    nothing = verdict(serving_release="", was_serving=False)
+    assert nothing["state"] == "maintained"
+    assert nothing["serving"] == {"release": "", "healthy": None}
+    gone = verdict(serving_release="", was_serving=True)
+    assert gone["serving"] == {"release": "", "healthy": False}
+
+
+def test_the_plan_asks_apt_with_the_options_the_upgrade_installs_with():
+    """The plan (maintain.yml, `apt-get -s`) names the packages the report lists; the upgrade
+    (maintain_apply.yml) installs without Recommends. Planned with them, the Debian rig's report
+    listed apparmor (a Recommends of Debian's kernel image) as upgraded, which it never was."""
+    import yaml
+
+    plan = next(t for t in yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain.yml").read_text())
+                if t.get("name") == "Ask APT what upgrading them together would do")
+    apply = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain_apply.yml").read_text())
+    block = next(t for t in apply if t.get("name") == "Upgrade kernel, modules and driver in one APT transaction")
+    start = next(t for t in block["block"] if t.get("name") == "Start the upgrade")
+    assert "--no-install-recommends" in start["ansible.builtin.shell"]
+    assert "--no-install-recommends" in plan["ansible.builtin.command"]["argv"]
+
+
+def test_apt_failing_is_named_by_apt_s_last_line_and_the_fallback_kernel():
+    result = verdict(apt_failed=True, apt_lines=["Setting up x", "E: Sub-process returned 1", ""],
+                     kernel_after="6.8.0-50-generic", fell_back=True, serving_release="r3")
+    assert result["state"] == "maintenance-failed"
+    assert result["reason"].startswith("APT did not finish the upgrade: E: Sub-process returned 1")
+    assert result["reason"].endswith(
+        "(back on the previous kernel 6.8.0-50-generic, driver 580.105.08; release r3 healthy)")
+    assert result["serving"] == {"release": "r3", "healthy": True}
+    assert result["apt_lines"][-2] == "E: Sub-process returned 1"
+
+
+@pytest.mark.parametrize(
+    ("serving", "health_failure", "said", "healthy"),
+    [
+        ("", "", "; no release running)", False),
+        ("r3", "smoke: 2 of 4 requests failed", "; release r3 failing health)", False),
+    ],
+)
+def test_a_fallback_says_it_serves_only_when_a_release_passed_health(
+    serving, health_failure, said, healthy
+):
+    """Before: the reason said "the previous kernel serves" whether or not anything did."""
+    result = verdict(apt_failed=True, apt_lines=["E: Sub-process returned 1"], fell_back=True,
+                     kernel_after="6.8.0-50-generic", driver_after="580.95.05",
+                     serving_release=serving, health_failure=health_failure)
+    assert said in result["reason"] and "healthy" not in result["reason"]
+    assert result["serving"] == {"release": serving, "healthy": healthy}
+
+
+def test_an_unchanged_run_names_what_serves_without_judging_it():
+    result = mnt.maintenance_result("unchanged", serving_release="r3")
+    jsonschema.validate(result, SCHEMA)
+    assert result["serving"] == {"release": "r3", "healthy": None}
+
+
+def test_gpus_silent_on_the_new_kernel_name_what_nvidia_smi_said():
+    result = verdict(satisfied=False, driver_after="",
+                     smi_lines=["Failed to initialize NVML: Driver/library version mismatch"])
+    assert result["state"] == "maintenance-failed" and result["driver_after"] == ""
+    assert "did not answer on kernel 6.8.0-51-generic: Failed to initialize NVML" in result["reason"]
+    assert result["kernel_log"] == ["Failed to initialize NVML: Driver/library version mismatch"]
+
+
+def test_a_new_kernel_left_for_the_old_one_is_not_maintained_even_when_gpus_answer():
+    result = verdict(kernel_after="6.8.0-50-generic", fell_back=True, driver_after="580.105.08")
+    assert result["state"] == "maintenance-failed"
+    assert result["reason"].startswith("kernel 6.8.0-51-generic has no NVIDIA module")
+
+
+def test_a_release_failing_health_afterwards_fails_the_maintenance():
+    result = verdict(health_failure="smoke: 2 of 4 requests failed")
+    assert result["state"] == "maintenance-failed"
+    assert result["reason"] == ("the serving release failed health after the upgrade: "
+                                "smoke: 2 of 4 requests failed")
+
+
+def test_phases_last_from_one_mark_to_the_next():
+    marks = [["start", 100.0], ["plan", 103.25], ["stop", 104.0], ["upgrade", 130.0],
+             ["reboot", 150.5]]
+    assert mnt.phase_durations(marks) == {"plan": 3.2, "stop": 0.8, "upgrade": 26.0,
+                                          "reboot": 20.5}
+    assert mnt.phase_durations([["start", 1]]) == {}
+    assert verdict(marks=marks)["phases_s"]["upgrade"] == 26.0
+
+
+@pytest.mark.parametrize("kernel", ["6.8.0-52-generic", "6.17.0-1004-generic-64k"])
+def test_a_refused_kernel_s_reason_names_the_module_and_fits_the_schema(kernel):
+    """The sentence the driver install's refusal and maintenance.json share: the module's exact
+    package name, and room left in the schema's 300 characters for the maintenance's own tail
+    (maintain.yml adds about 90)."""
+    notice = mnt.module_not_published(kernel, 580)
+    assert f"linux-modules-nvidia-580-server-{kernel} yet" in notice
+    assert notice.startswith(f"Kernel {kernel} boots next")
+    tail = " APT did not run; nothing was changed. Run the maintenance again once it is published."
+    assert tail.strip() in (ROOT / "roles/vllm_dual_fast/tasks/maintain.yml").read_text()
+    result = mnt.maintenance_result("maintenance-failed", reason=notice + tail)
+    assert result["reason"].endswith("once it is published.")
+    jsonschema.validate(result, SCHEMA)

@@ -1,0 +1,223 @@
+"""Kernel and driver updates on an Ubuntu rig, decided by the real APT resolver against the
+Ubuntu archive double (molecule/doubles/ubuntu-archive: Canonical's package names and dependency
+shapes). The rig is installed with the role's own package list and holds; then the archive
+publishes the next kernel ABI with a driver point release (the -updates suite), and a nightly
+upgrade runs. What must hold afterwards: the kernel GRUB boots next has a module for it, built
+for the user space that is installed (else: no GPU, or NVML's driver/library version mismatch)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_runner import run_playbook
+from apt_fake_root import AptRoot
+
+ROOT = Path(__file__).resolve().parents[2]
+_PATH = ROOT / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_driver.py"
+_spec = importlib.util.spec_from_file_location("vdf_driver_filters_ku", _PATH)
+drv = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(drv)
+BUILD = ROOT / "molecule/doubles/ubuntu-archive/build.py"
+_MNT = ROOT / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_maintenance.py"
+_spec = importlib.util.spec_from_file_location("vdf_maintenance_filters_ku", _MNT)
+mnt = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mnt)
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("apt-get", "dpkg-deb", "gpg")),
+    reason="needs apt-get, dpkg-deb and gpg",
+)
+BRANCH = "580"
+FLAVOUR = "generic"
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ubuntu-archive")
+    subprocess.run([sys.executable, str(BUILD), str(out)], check=True, capture_output=True)
+    return out
+
+
+def _abi_key(name):
+    return tuple(int(n) for n in re.findall(r"\d+", name))
+
+
+def next_boot(installed):
+    """What boots after a reboot: GRUB's first entry is the newest installed kernel. Returns
+    (kernel, module upstream version or None, user-space upstream version or None)."""
+    kernels = sorted(
+        (
+            n[len("linux-image-") :]
+            for n in installed
+            if re.fullmatch(r"linux-image-\d.*-" + FLAVOUR, n)
+        ),
+        key=_abi_key,
+    )
+    kernel = kernels[-1]
+    module = f"linux-modules-nvidia-{BRANCH}-server-{kernel}"
+    user_space = installed.get(f"libnvidia-compute-{BRANCH}-server", (None,))[0]
+    return (
+        kernel,
+        module in installed or None,
+        drv.upstream_version(user_space) if user_space else None,
+    )
+
+
+def module_built_for(apt, kernel):
+    """The driver version a kernel's installed module package was built against (its
+    nvidia-kernel-common range), read from APT's own record of it."""
+    status = apt.status.read_text()
+    stanza = status.split(f"Package: linux-modules-nvidia-{BRANCH}-server-{kernel}\n", 1)[1]
+    return re.search(r"nvidia-kernel-common-\S+ \(>= (\S+)\)", stanza.split("\n\n", 1)[0])[1]
+
+
+def gpus_answer_after_reboot(apt):
+    """(True, why) when the next boot has a module for its kernel built for the installed user
+    space; else (False, what an owner would see)."""
+    installed = apt.installed()
+    kernel, has_module, user_space = next_boot(installed)
+    if not has_module:
+        return False, f"{kernel} boots without linux-modules-nvidia-{BRANCH}-server-{kernel}"
+    built = module_built_for(apt, kernel)
+    if built != user_space:
+        return False, f"{kernel}'s module is {built}, user space {user_space}: NVML mismatch"
+    return True, f"{kernel} with module {built}, user space {user_space}"
+
+
+def provisioned_rig(tmp_path, archive):
+    """A noble rig as the role leaves it: GA kernel, the role's -server packages and holds."""
+    apt = AptRoot(tmp_path / "root", archive, ["noble"])
+    apt.run("install", f"linux-{FLAVOUR}", *drv.ubuntu_driver_packages(BRANCH, FLAVOUR))
+    apt.hold(drv.driver_hold_packages("ubuntu", "distro", BRANCH, apt.installed(), flavour=FLAVOUR))
+    ok, why = gpus_answer_after_reboot(apt)
+    assert ok, why
+    return apt
+
+
+def test_the_archive_double_has_canonicals_dependency_shapes(archive):
+    dists = archive / "updates/ubuntu/dists"
+    packages = (dists / "noble-updates/restricted/binary-amd64/Packages").read_text()
+    module = packages.split(f"Package: linux-modules-nvidia-{BRANCH}-server-6.8.0-51-generic\n")[1]
+    assert "nvidia-kernel-common-580-server (>= 580.105.08)" in module.split("\n\n")[0]
+    utils = packages.split(f"Package: nvidia-utils-{BRANCH}-server\n")[1].split("\n\n")[0]
+    assert "Depends: nvidia-kernel-common-580-server-580.105.08" in utils
+
+
+def test_the_archive_double_carries_the_compose_package_the_role_installs_on_ubuntu(archive):
+    """vars/Ubuntu-24.yml installs docker.io and docker-compose-v2: the double publishes the
+    second (in universe, as Canonical does) over Debian's Compose v2, the rig's Debian sources
+    giving docker.io and docker-compose (molecule/doubles/ubuntu-archive/README.md)."""
+    universe = archive / "first/ubuntu/dists/noble/universe/binary-amd64/Packages"
+    stanza = universe.read_text().split("Package: docker-compose-v2\n")[1].split("\n\n")[0]
+    assert re.search(r"^Version: 2\.26\.1-0ubuntu1~24\.04\.1$", stanza, re.M)
+    # Debian 13's docker.io leaves the CLI to docker-cli; Ubuntu's carries it.
+    assert "Depends: docker-compose (>= 2.26.1), docker-cli" in stanza
+    role_vars = (ROOT / "roles/vllm_dual_fast/vars/Ubuntu-24.yml").read_text()
+    assert "_vllm_dual_fast_docker_distro_packages: [docker.io, docker-compose-v2]" in role_vars
+
+
+@pytest.mark.parametrize("upgrade", ["dist-upgrade", "upgrade"])
+def test_a_nightly_upgrade_after_a_point_release_and_a_new_kernel_leaves_a_bootable_gpu(
+    tmp_path, archive, upgrade
+):
+    """Before: the role held only user space, so the new kernel came in and its module (which
+    needs the next point release) could not: the rig rebooted into a kernel without GPUs."""
+    apt = provisioned_rig(tmp_path, archive)
+    apt.set_suites(["noble", "noble-updates"])
+    apt.run(upgrade)
+    ok, why = gpus_answer_after_reboot(apt)
+    assert ok, why
+
+
+def test_the_maintenance_upgrade_moves_kernel_module_and_user_space_together(tmp_path, archive):
+    apt = provisioned_rig(tmp_path, archive)
+    before = apt.held()
+    apt.set_suites(["noble", "noble-updates"])
+    plan = drv.maintenance_upgrade_packages(
+        "ubuntu", "distro", BRANCH, apt.installed(), flavour=FLAVOUR
+    )
+    apt.hold(plan, held=False)
+    apt.run("install", *plan)
+    apt.hold(plan)
+    ok, why = gpus_answer_after_reboot(apt)
+    assert ok, why
+    assert next_boot(apt.installed())[0] == "6.8.0-51-generic"
+    assert apt.held() == before
+    # The previous kernel keeps a module for the new user space (Canonical's respin), so the
+    # fallback boot of a failed maintenance run still has GPUs.
+    assert module_built_for(apt, "6.8.0-50-generic") == "580.105.08"
+
+
+def _gap(apt, packages):
+    """What the role's check says of installing `packages` now: APT's own plan, simulated past
+    the holds, as maintain.yml asks it."""
+    plan = mnt.apt_simulation(apt.apt("-s", "--allow-change-held-packages", "install", *packages))
+    return mnt.kernel_without_module(plan, apt.installed(), BRANCH)
+
+
+@pytest.mark.parametrize(("snapshot", "gap"), [("fixed", ""), ("ahead", "6.8.0-52-generic")])
+def test_a_driver_install_names_the_next_kernel_without_a_prebuilt_module(
+    tmp_path, archive, snapshot, gap
+):
+    """A rig whose installer (or an apt upgrade) brought a kernel Canonical has not built the
+    module for yet: the module meta still names the previous ABI's, so installing the driver
+    leaves GRUB's next kernel without GPUs. ubuntu-drivers installs nothing there, or DKMS with
+    --include-dkms (test_ubuntu_drivers_double.py); the role's check names the kernel before
+    anything is installed."""
+    apt = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot=snapshot)
+    apt.run("install", f"linux-{FLAVOUR}")
+    assert _gap(apt, drv.ubuntu_driver_packages(BRANCH, FLAVOUR)) == gap
+
+
+def test_a_maintenance_plan_names_a_new_kernel_whose_module_is_not_published(tmp_path, archive):
+    apt = provisioned_rig(tmp_path, archive)
+    apt.set_suites(["noble", "noble-updates"])
+    unit = drv.maintenance_upgrade_packages("ubuntu", "distro", BRANCH, apt.installed(), FLAVOUR)
+    assert _gap(apt, unit) == ""    # `updates`: 6.8.0-51 comes with its module
+    ahead = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot="ahead")
+    assert _gap(ahead, unit) == "6.8.0-52-generic"
+
+
+def _driver_ubuntu_check(tmp_path, apt, secure_boot):
+    """driver_ubuntu.yml's own two tasks (APT's plan, then the stop), run by ansible-playbook
+    against the fake root (APT_CONFIG) with the rig's packages as package_facts would give."""
+    tasks = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/driver_ubuntu.yml").read_text())
+    wanted = ("Ask APT what installing", "Stop when the kernel")
+    check = [t for t in tasks if t["name"].startswith(wanted)]
+    assert len(check) == 2, [t["name"] for t in tasks]
+    facts = {"name": "The rig's packages", "ansible.builtin.set_fact": {
+        "cacheable": True,
+        "packages": {n: [{"version": v}] for n, (v, _) in apt.installed().items()}}}
+    play = [{"name": "Ubuntu driver check", "hosts": "localhost", "gather_facts": False,
+             "environment": {"APT_CONFIG": str(apt.config)}, "tasks": [facts, *check]}]
+    return run_playbook(tmp_path, play, {
+        "_vllm_dual_fast_driver_packages": drv.ubuntu_driver_packages(BRANCH, FLAVOUR),
+        "vllm_dual_fast_driver_branch": int(BRANCH),
+        "_vllm_dual_fast_secure_boot": secure_boot,
+    })
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "secure_boot", "stops"),
+    [("fixed", "enabled", False), ("ahead", "enabled", True), ("ahead", "disabled", True)],
+)
+def test_the_role_stops_before_a_driver_install_that_would_boot_a_kernel_without_its_module(
+    tmp_path, archive, snapshot, secure_boot, stops
+):
+    apt = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot=snapshot)
+    apt.run("install", f"linux-{FLAVOUR}")
+    before = apt.status.read_text()
+    result, out = _driver_ubuntu_check(tmp_path, apt, secure_boot)
+    assert (result.returncode != 0) == stops, out
+    assert apt.status.read_text() == before
+    if stops:
+        assert "Kernel 6.8.0-52-generic boots next without its signed NVIDIA module" in out, out
+        assert "linux-modules-nvidia-580-server-6.8.0-52-generic" in out, out
+        assert ("mokutil --import" in out) == (secure_boot == "enabled"), out

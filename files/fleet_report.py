@@ -109,10 +109,19 @@ import datetime
 import glob
 import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
+
+# The signed uploads' reading and checks: a sibling in files/, copied together.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from signed_reports import (  # noqa: E402
+    BadInput,
+    _text,
+    one_line,
+    parse_upload,
+    read_rig_keys,
+    ssh_verify,
+    verify_upload,
+)
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT = 0, 1, 2
 STATES = ("updated", "unchanged", "rolled-back", "failed", "lost", "not-reached", "unreachable",
@@ -132,22 +141,11 @@ PULL_ON_COMMIT = ("applied", "unchanged")
 PULL_FAILED = ("failed", "release-failed")
 PATCH_CLASSES = {"patched": "patched", "already-patched": "patched",
                  "upstream-fixed": "upstream-fixed", "unpatched": "pinned"}
-REASON_CHARS = 160
 # The rollout's own record beside the rigs' reports (rollout_info.yml): not a rig's report.
 ROLLOUT_FILE = "rollout.json"
 NONE = "—"
-# A pulled rig's upload (files/schemas/signed-report.schema.json, built by the pull script):
-# the report's JSON text signed with the rig's own key, made on the rig at enrolment.
-SIGNED_FORMAT = "vllm-dual-fast/signed-report"
-NAMESPACE = "vllm-dual-fast-report"
-# A rig name that is one principal of an allowed-signers file (no pattern, no list).
-RIG_NAME = re.compile(r"^[A-Za-z0-9._@+-]+$")
 UNVERIFIED_LINE = ("Pulled reports NOT verified (no --rig-keys given): any rig, or anyone who "
                    "can write to the report share, may have written them")
-
-
-class BadInput(Exception):
-    """An input this tool refuses (exit 2)."""
 
 
 # --- small pure functions ----------------------------------------------------------------------
@@ -238,14 +236,6 @@ def speed_cell(now, before, concurrency=None, nominal=None) -> str:
     if now is None or before == 0:
         return f"{text} (was {before:.1f})"
     return f"{text} (was {before:.1f}, {(now - before) / before * 100:+.1f}%)"
-
-
-def one_line(text, limit: int = REASON_CHARS) -> str:
-    """Whitespace folded to single spaces, cut at `limit` characters with '...'."""
-    if isinstance(text, (list, tuple)):
-        text = "; ".join(str(t) for t in text)
-    text = re.sub(r"\s+", " ", str(text or "")).strip()
-    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
 
 
 # The health report shapes this reads (files/schemas/health-report.schema.json): 1 (no
@@ -384,94 +374,10 @@ def pull_reason(report) -> str:
             f"serving {serving}")
 
 
-def parse_upload(data: bytes) -> dict:
-    """What a pulled upload holds: {"text": the report's JSON text or None, "report": it as a
-    dict or None, "signature": the armored SSH signature or None, "why": why it is not a
-    signed report (None when it is)}. A bare report (no envelope) is an unsigned one."""
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        return {"text": None, "report": None, "signature": None,
-                "why": f"not JSON ({type(exc).__name__})"}
-    if not (isinstance(value, dict) and value.get("format") == SIGNED_FORMAT):
-        report = value if isinstance(value, dict) else None
-        return {"text": None, "report": report, "signature": None,
-                "why": "unsigned (a bare report, not the pull script's signed upload)"}
-    text = value.get("report")
-    try:
-        report = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        report = None
-    signature = value.get("signature")
-    why = None
-    if value.get("version") != 1 or value.get("namespace") != NAMESPACE:
-        why = "an envelope of another version or namespace"
-    elif not isinstance(report, dict):
-        why = "its report is not a JSON object"
-    elif not isinstance(signature, str) or not signature.strip():
-        why = "unsigned" + (f" ({one_line(value['unsigned_reason'], 80)})"
-                            if _text(value.get("unsigned_reason")) else "")
-    return {"text": text if isinstance(text, str) else None,
-            "report": report if isinstance(report, dict) else None,
-            "signature": signature if isinstance(signature, str) else None, "why": why}
-
-
-def rig_key_names(text: str) -> set:
-    """The principals (rig names) of an allowed-signers file's text."""
-    names = set()
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            names.update(name for name in line.split()[0].split(",") if name)
-    return names
-
-
-def ssh_verify(keys_path: str, rig: str, text: str, signature: str) -> bool:
-    """Whether `signature` is rig `rig`'s (by FILE keys_path) of `text`, in this tool's
-    namespace: `ssh-keygen -Y verify`, the text on its stdin. BadInput without ssh-keygen."""
-    with tempfile.NamedTemporaryFile("w", suffix=".sig", encoding="ascii") as sig:
-        sig.write(signature)
-        sig.flush()
-        try:
-            run = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", keys_path, "-I", rig,
-                                  "-n", NAMESPACE, "-s", sig.name], input=text.encode("utf-8"),
-                                 capture_output=True, timeout=60, check=False)
-        except FileNotFoundError:
-            # Not a forgery: nothing here can tell. Calling every upload forged would hide it.
-            raise BadInput("ssh-keygen is not installed (package openssh-client): the uploads' "
-                           "signatures cannot be checked") from None
-        except (OSError, subprocess.SubprocessError):
-            return False
-    return run.returncode == 0
-
-
-def verify_upload(rig: str, upload: dict, keys_path, enrolled: set, verify=ssh_verify):
-    """(report, None) when `upload` (parse_upload's) verifies as rig `rig` (the name it was
-    uploaded under), else (None, why): unsigned, a rig not in the keys file, a signature not
-    the rig's (another rig's key, or changed after signing), or a report naming another host."""
-    if not RIG_NAME.match(rig):
-        return None, f"{rig!r} is not a rig name"
-    if upload["why"]:
-        return None, upload["why"]
-    if keys_path is None or rig not in enrolled:
-        return None, f"{rig} is not in the rig keys file (not enrolled, or its line is missing)"
-    if not verify(keys_path, rig, upload["text"], upload["signature"]):
-        return None, (f"its signature does not verify as {rig}'s (signed with another rig's "
-                      "key, or changed after signing)")
-    host = upload["report"].get("host")
-    if host != rig:
-        return None, f"the signed report names host {host!r}, uploaded as {rig!r}"
-    return upload["report"], None
-
-
 def _ago(seconds) -> str:
     if seconds is None:
         return "at no readable time"
     return f"{seconds / 3600:.1f} h ago" if seconds >= 3600 else f"{seconds / 60:.0f} min ago"
-
-
-def _text(value):
-    return value if isinstance(value, str) and value.strip() else None
 
 
 NO_STATE = "the rollout recorded no state for this rig"
@@ -834,17 +740,6 @@ def load_report_dir(folder: str, label: str, missing_ok: bool = False) -> tuple:
         if newer(report, reports.get(host)):
             reports[host] = report
     return reports, notes
-
-
-def read_rig_keys(path):
-    """(keys path or None, rig names, notes) of --rig-keys FILE; a FILE that does not exist (or
-    cannot be read) verifies nothing, and says so."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return path, rig_key_names(f.read()), []
-    except OSError as exc:
-        why = "does not exist" if isinstance(exc, FileNotFoundError) else (exc.strerror or exc)
-        return None, set(), [f"rig keys file {path} {why}: no pulled report can be verified"]
 
 
 def load_pulled_dir(folder: str, rig_keys=None, verify=ssh_verify) -> tuple:

@@ -25,6 +25,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fleet_report  # noqa: E402 (a sibling in files/, copied together)
 import rig_metrics  # noqa: E402
+import signed_reports  # noqa: E402
 
 PULL_STATES = ("applied", "unchanged", "refused", "failed", "rolled-back")
 
@@ -97,10 +98,10 @@ def main(argv=None) -> int:
     try:
         keys, notes = None, []
         if args.rig_keys:
-            keys_path, enrolled, notes = fleet_report.read_rig_keys(args.rig_keys)
+            keys_path, enrolled, notes = signed_reports.read_rig_keys(args.rig_keys)
             keys = (keys_path, enrolled)
         pulled, more, apart = fleet_report.load_pulled_dir(args.pulled, keys)
-    except fleet_report.BadInput as exc:
+    except signed_reports.BadInput as exc:
         sys.stderr.write(f"pull_metrics: {exc}\n")
         return 2
     for note in notes + more + [f"{forged['file']}: not verified: {forged['why']}"

@@ -9,6 +9,7 @@ import pytest
 from vllm_double_fixtures import load_file_module
 
 fleet = load_file_module("fleet_report")
+signed = load_file_module("signed_reports")
 SCHEMA = pathlib.Path(__file__).parents[2] / "files/schemas/signed-report.schema.json"
 
 SPEED_NOW = {"c1": {"tokens_per_s": 41.0, "ttft_s": 0.3}, "cN": {"tokens_per_s": 30.0},
@@ -129,7 +130,7 @@ def test_row_for_a_failure_names_one_line_reason():
     assert row["state"] == "unhealthy"
     assert row["reason"] == "smoke: request 3: HTTP 500; kernel log: 1 new Xid line: NVRM: Xid 31"
     long = fleet.row_for("b", None, {"state": "staging-failed", "reason": "x " * 200})
-    assert len(long["reason"]) == fleet.REASON_CHARS and long["reason"].endswith("...")
+    assert len(long["reason"]) == signed.REASON_CHARS and long["reason"].endswith("...")
     assert "\n" not in long["reason"]
     assert (long["release"], long["patch"], long["xid_count"]) == (None, "unknown", None)
     rolled = fleet.row_for("c", report("c", healthy=False, failures=["a"]),
@@ -873,7 +874,7 @@ class RigKeys:
                             "-f", str(folder / name)], check=True)
         self.path = folder / "pull-rig-keys"
         self.path.write_text("".join(
-            f'{name} namespaces="{fleet.NAMESPACE}" {(folder / f"{name}.pub").read_text()}'
+            f'{name} namespaces="{signed.NAMESPACE}" {(folder / f"{name}.pub").read_text()}'
             for name in enrolled))
 
     def upload(self, rig, body: dict, key=None, tamper=None) -> str:
@@ -886,9 +887,9 @@ class RigKeys:
         if key is not False:
             (self.folder / f"{rig}-upload.json.sig").unlink(missing_ok=True)
             subprocess.run(["ssh-keygen", "-Y", "sign", "-f", str(self.folder / (key or rig)),
-                            "-n", fleet.NAMESPACE, str(data)], check=True, capture_output=True)
+                            "-n", signed.NAMESPACE, str(data)], check=True, capture_output=True)
             signature = (self.folder / f"{rig}-upload.json.sig").read_text()
-        envelope = {"format": fleet.SIGNED_FORMAT, "version": 1, "namespace": fleet.NAMESPACE,
+        envelope = {"format": signed.SIGNED_FORMAT, "version": 1, "namespace": signed.NAMESPACE,
                     "report": tamper(text) if tamper else text, "signature": signature}
         return json.dumps(envelope)
 
@@ -998,7 +999,7 @@ def test_the_envelope_schema_describes_what_the_tests_upload(rig_keys):
     jsonschema.validate(json.loads(rig_keys.upload("rig-a", report("rig-a"))), schema)
     jsonschema.validate(json.loads(rig_keys.upload("rig-a", report("rig-a"), key=False)), schema)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"format": fleet.SIGNED_FORMAT, "version": 1}, schema)
+        jsonschema.validate({"format": signed.SIGNED_FORMAT, "version": 1}, schema)
 
 
 def test_gates_that_did_not_see_are_named_before_the_table(tmp_path):

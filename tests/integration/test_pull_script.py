@@ -214,6 +214,7 @@ class Fleet:
             "VDF_PULL_PLAYBOOK": "pull.yml",
             "VDF_PULL_REPORT_URL": url,
             "VDF_PULL_STATE_DIR": self.state,
+            "VDF_PULL_HELPER": ROOT / "files/pull_report.py",
             "VDF_PULL_REPORT": self.report,
             "VDF_PULL_FAILED_REPORT": self.failed_report,
             "VDF_PULL_ANSIBLE_BIN": self.bin,

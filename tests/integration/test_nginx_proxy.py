@@ -636,7 +636,7 @@ def test_every_loopback_bind_renders_a_compose_file_compose_accepts(tmp_path, bi
 def smoke_base_url(tmp_path, serving):
     """The --base-url health.yml's smoke is given for the release that serves (its manifest)."""
     block = next(t for t in yaml.safe_load((ROLE / "tasks/health.yml").read_text())
-                 if t["name"].startswith("Smoke the endpoint"))
+                 if t["name"] == "Gather the health checks' evidence on the rig")
     argv = evaluate_with_role_vars(tmp_path, "_smoke_argv", {"_vllm_dual_fast_serving": {
         "dir": "/r", "served_model_name": "q", "api_key_set": False, **serving}}, block["vars"])
     return argv[argv.index("--base-url") + 1]

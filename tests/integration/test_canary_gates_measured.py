@@ -20,6 +20,11 @@ from vllm_double_fixtures import FILES, ROOT, double_env, double_factory, write_
 DEFAULTS = yaml.safe_load((ROOT / "roles/vllm_dual_fast/defaults/main.yml").read_text())
 # The same rate on both releases: only the drafter differs between them.
 STEADY = {"tokens_per_s": 50, "ttft_s": 0.05}
+# The speed gate's drop allowed here: two measurements of the same rate on the double moved 21 %
+# apart beside Molecule on two cores (make test, 2026-12-06), past the role's 10 %. What these
+# tests judge is the MTP gate; the speed gate catching a slower release is the fleet scenario's
+# (its canary's slower image) and tests/harness/test_bench_speed_noise.py's.
+MEASURED_SETTINGS = {**SETTINGS, "gate_speed_drop_pct": 50}
 
 
 @pytest.fixture
@@ -46,6 +51,7 @@ def canary(smoke, health):
     """What health.yml registered on a canary running MTP (gates on, its race check passed)."""
     serving = {**evidence()["serving"], "gates": True, "serve_args": MTP_ARGS}
     return evidence(gates=True, serving=serving, smoke=smoke, health=health,
+                    settings=MEASURED_SETTINGS,
                     race_check={"rc": 0, "stdout": "0 bad trials of 200", "stderr": ""})
 
 

@@ -219,6 +219,14 @@ def gathered(**changes):
         **changes}}
 
 
+def keep_verdict(out):
+    """A task writing the verdict's report and its failures' lines to out, as JSON."""
+    return {"name": "Keep the verdict", "ansible.builtin.copy": {
+        "content": "{{ [_vllm_dual_fast_verdict.report, _vllm_dual_fast_verdict.failures"
+                   " | map(attribute='line') | list] | to_json }}",
+        "dest": str(out), "mode": "0644"}}
+
+
 def judge(tmp_path, previous_report, previous, health=None, **evidence):
     """health.yml's judge on a canary, with the checks' results given; (report, failures)."""
     out = tmp_path / "judged.json"
@@ -226,11 +234,7 @@ def judge(tmp_path, previous_report, previous, health=None, **evidence):
         "name": "Judge", "hosts": "localhost", "gather_facts": False,
         "tasks": [health_task("Know what is judged"),
                   health_task("Judge the health checks"),
-                  {"name": "Keep the verdict", "ansible.builtin.copy": {
-                      "content": "{{ [_vllm_dual_fast_verdict.report,"
-                                 " _vllm_dual_fast_verdict.failures"
-                                 " | map(attribute='line') | list]"
-                                 " | to_json }}", "dest": str(out), "mode": "0644"}}],
+                  keep_verdict(out)],
     }]
     facts = {
         **DEFAULTS, **ROLE_VARS, "vllm_dual_fast_gate_soak_s": 5,
@@ -332,11 +336,7 @@ def test_a_race_check_that_faults_the_gpu_fails_health(tmp_path):
                 health_task(GATHER_TASK),
                 *kernel_log_tasks(),
                 health_task("Judge the health checks"),
-                {"name": "Keep the verdict", "ansible.builtin.copy": {
-                    "content": "{{ [_vllm_dual_fast_verdict.report,"
-                                 " _vllm_dual_fast_verdict.failures"
-                                 " | map(attribute='line') | list]"
-                               " | to_json }}", "dest": str(out), "mode": "0644"}}],
+                keep_verdict(out)],
         }]
         facts = {
             **DEFAULTS, **ROLE_VARS, "_vllm_dual_fast_container": name,

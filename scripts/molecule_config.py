@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A Molecule scenario's configuration as Molecule reads it: the project's base
-(.config/molecule/config.yml) with the scenario's molecule.yml merged over it, dictionaries key by
-key and everything else (lists included) replaced, as Molecule's own merge does.
+(.config/molecule/config.yml) with the scenario's molecule.yml merged over it by Molecule's own
+merge (molecule.util.merge_dicts: dictionaries key by key, everything else, lists included,
+replaced). Run with the virtualenv's python3, as molecule-timed.sh (which runs molecule) is.
 
     scripts/molecule_config.py SCENARIO phases       the test_sequence up to verify, less dependency
     scripts/molecule_config.py SCENARIO idempotence  VDF_IDEMPOTENCE_STRATEGY of its provisioner env
@@ -10,16 +11,10 @@ import sys
 from pathlib import Path
 
 import yaml
+from molecule.util import merge_dicts
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = Path(".config/molecule/config.yml")
-
-
-def merged(base, over):
-    """over merged into base: dictionaries key by key, any other value replaced."""
-    if not (isinstance(base, dict) and isinstance(over, dict)):
-        return over
-    return {**base, **{key: merged(base.get(key), value) for key, value in over.items()}}
 
 
 def scenario_config(name, root=ROOT):
@@ -27,7 +22,7 @@ def scenario_config(name, root=ROOT):
     base_file = Path(root) / BASE
     base = yaml.safe_load(base_file.read_text()) if base_file.exists() else {}
     own = yaml.safe_load((Path(root) / "molecule" / name / "molecule.yml").read_text())
-    return merged(base or {}, own or {})
+    return merge_dicts(base or {}, own or {})
 
 
 def phases(config):

@@ -16,7 +16,7 @@ import yaml
 
 ROOT = Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-from molecule_config import merged, scenario_config  # noqa: E402
+from molecule_config import merge_dicts, scenario_config  # noqa: E402
 
 MAKE = """#!/bin/bash
 # Stand-in for make: logs the target, takes a moment for pytest.
@@ -370,8 +370,9 @@ def test_a_scenario_s_configuration_is_the_base_with_its_own_over_it():
     base = {"provisioner": {"env": {"A": "1", "B": "2"}, "name": "ansible"},
             "scenario": {"test_sequence": ["create", "idempotence", "verify"]}}
     own = {"provisioner": {"env": {"B": "3"}}, "scenario": {"test_sequence": ["verify"]}}
-    assert merged(base, own) == {"provisioner": {"env": {"A": "1", "B": "3"}, "name": "ansible"},
-                                 "scenario": {"test_sequence": ["verify"]}}
+    assert merge_dicts(base, own) == {
+        "provisioner": {"env": {"A": "1", "B": "3"}, "name": "ansible"},
+        "scenario": {"test_sequence": ["verify"]}}
 
 
 def test_every_rig_is_created_by_the_shared_create_with_the_base_s_defaults():

@@ -821,7 +821,7 @@ def long_messages(text: str) -> list:
     return [{"role": "user", "content": text}]
 
 
-LONG_SIZE_ROUNDS = 4       # /tokenize measurements at most while sizing a long prompt
+LONG_SIZE_ROUNDS = 10      # /tokenize measurements at most while sizing a long prompt
 LONG_SIZE_TOLERANCE = 0.01  # a prompt this close under the target is the target
 
 
@@ -835,36 +835,55 @@ def tokenized_count(endpoint: Endpoint, model: str, words: int):
     return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
 
 
-def next_word_count(words: int, count: int, tokens: int) -> int:
-    """The word count to try next: words scaled by tokens / count, rounded down (a text of
-    numbers costs more tokens per word the longer it is, so scaling up overshoots a little)."""
-    return max(1, words * tokens // count)
+def next_word_count(tokens: int, fitting, too_long):
+    """The word count to measure next, from the longest text measured that fits and the
+    shortest one too long, each (words, count) or None. Between the two: where the target lies
+    on the line through them (a text of numbers costs more tokens per word the longer it is, so
+    plain scaling undershoots on the way up and overshoots on the way down, and four scalings
+    stopped 5 % short). With one side only: scaled by tokens / count. None when no whole word
+    count is left to try."""
+    if fitting and too_long:
+        (short_words, short_count), (long_words, long_count) = fitting, too_long
+        if long_words - short_words <= 1:
+            return None
+        guess = short_words + (long_words - short_words) * (tokens - short_count) // max(
+            long_count - short_count, 1)
+        return min(max(guess, short_words + 1), long_words - 1)
+    words, count = fitting or too_long
+    guess = max(1, words * tokens // count)
+    if fitting:
+        return max(guess, words + 1)
+    return min(guess, words - 1) if words > 1 else None
 
 
 def size_long_prompt(endpoint: Endpoint, model: str, tokens: int) -> tuple:
     """(words, sized_by, tokens measured) for a prompt of about `tokens` tokens, not more (but
     for the few tokens by which one nonce differs from another). POST /tokenize measures a text
-    of `tokens` words, then of the word count scaled by how far off it was, up to
-    LONG_SIZE_ROUNDS times, until one is within LONG_SIZE_TOLERANCE under the target: on a
-    tokenizer that splits numbers into digits (Qwen's), one scaling lands about 13 % short.
-    Without a count from /tokenize: one word per token."""
+    of `tokens` words, then the word counts next_word_count picks, up to LONG_SIZE_ROUNDS
+    times, until one is within LONG_SIZE_TOLERANCE under the target: on a tokenizer that splits
+    numbers into digits (Qwen's), one scaling lands about 13 % short. Without a count from
+    /tokenize: one word per token."""
     words, count = tokens, tokenized_count(endpoint, model, tokens)
     if count is None:
         return tokens, "whitespace words", None
-    measured = [(words, count)]
-    while len(measured) < LONG_SIZE_ROUNDS and not (
-            tokens * (1 - LONG_SIZE_TOLERANCE) <= count <= tokens):
-        words = next_word_count(words, count, tokens)
-        count = tokenized_count(endpoint, model, words)
-        if count is None:
+    fitting = too_long = None
+    for measured in range(1, LONG_SIZE_ROUNDS + 1):
+        if count <= tokens:
+            fitting = max(fitting or (words, count), (words, count))
+        else:
+            too_long = min(too_long or (words, count), (words, count))
+        if fitting and fitting[1] >= tokens * (1 - LONG_SIZE_TOLERANCE):
             break
-        measured.append((words, count))
-    fitting = [(c, w) for w, c in measured if c <= tokens]
+        following = next_word_count(tokens, fitting, too_long)
+        following_count = None if following is None or measured == LONG_SIZE_ROUNDS else (
+            tokenized_count(endpoint, model, following))
+        if following_count is None:
+            break
+        words, count = following, following_count
     if fitting:
-        count, words = max(fitting)
-        return words, "tokenize", count
-    words, count = min(measured)             # every text measured was too long: scale it down
-    return next_word_count(words, count, tokens), "tokenize", None
+        return fitting[0], "tokenize", fitting[1]
+    # every text measured was too long: scale the shortest down, unmeasured
+    return next_word_count(tokens, None, too_long) or 1, "tokenize", None
 
 
 def error_detail(body) -> str:

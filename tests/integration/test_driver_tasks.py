@@ -804,10 +804,13 @@ def test_holds_the_role_sets_are_recorded_before_they_are_set(tmp_path):
 # --- Secure Boot in preflight -------------------------------------------------------------------
 
 
-def secure_boot_tasks():
+def secure_boot_tasks(read=True):
+    """Preflight's Secure Boot tasks, after (read) the host-reads module asking mokutil here."""
     tasks = [t for t in role_tasks("preflight.yml") if "Secure Boot" in t["name"]]
-    assert len(tasks) >= 2, [t["name"] for t in role_tasks("preflight.yml")]
-    return tasks
+    assert len(tasks) >= 3, [t["name"] for t in role_tasks("preflight.yml")]
+    reading = {"name": "Ask mokutil", "register": "_vllm_dual_fast_host_read",
+               "vllm_dual_fast_host_reads": {"read": ["secure_boot"]}}
+    return ([reading] if read else []) + tasks
 
 
 SB_VARS = {
@@ -863,15 +866,16 @@ def test_secure_boot_notice_is_shown_once_when_preflight_runs_twice(tmp_path):
 def test_secure_boot_on_stops_a_dkms_install_naming_the_distributions_key(
     tmp_path, family, source, key
 ):
-    # Extra vars outrank the registered mokutil result: this is what an enabled host prints.
+    # What an enabled host's mokutil prints, as the host-reads module returns it.
     result, out = run_playbook(
         tmp_path,
-        play(secure_boot_tasks()),
+        play(secure_boot_tasks(read=False)),
         {
             **SB_VARS,
             "_vllm_dual_fast_driver_family": family,
             "vllm_dual_fast_driver_source": source,
-            "_vllm_dual_fast_sb": {"rc": 0, "stdout": "SecureBoot enabled", "stderr": ""},
+            "_vllm_dual_fast_host_read": {
+                "secure_boot": {"rc": 0, "stdout": "SecureBoot enabled", "stderr": ""}},
         },
     )
     assert result.returncode != 0, out
@@ -881,12 +885,13 @@ def test_secure_boot_on_stops_a_dkms_install_naming_the_distributions_key(
 def test_secure_boot_on_lets_ubuntus_signed_modules_through(tmp_path):
     result, out = run_playbook(
         tmp_path,
-        play(secure_boot_tasks()),
+        play(secure_boot_tasks(read=False)),
         {
             **SB_VARS,
             "_vllm_dual_fast_driver_family": "ubuntu",
             "vllm_dual_fast_driver_source": "distro",
-            "_vllm_dual_fast_sb": {"rc": 0, "stdout": "SecureBoot enabled", "stderr": ""},
+            "_vllm_dual_fast_host_read": {
+                "secure_boot": {"rc": 0, "stdout": "SecureBoot enabled", "stderr": ""}},
         },
     )
     assert result.returncode == 0, out

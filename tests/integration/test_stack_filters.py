@@ -108,6 +108,12 @@ def preflight_tasks(*names):
     return [t for t in tasks if t["name"] in names]
 
 
+# What preflight's host-reads module reads of the toolkit, on this host (dpkg-query on PATH).
+READ_TOOLKIT = {"name": "Read the installed toolkit's version",
+                "vllm_dual_fast_host_reads": {"read": ["toolkit"]},
+                "register": "_vllm_dual_fast_host_read"}
+
+
 @pytest.mark.parametrize("installed, warned", [
     ("1.16.1-1", ["CVE-2024-0132", "CVE-2025-23266"]), ("1.17.8-1", []), (None, [])])
 def test_preflight_warns_of_each_escape_the_installed_toolkit_leaves_open(tmp_path, installed,
@@ -125,8 +131,7 @@ def test_preflight_warns_of_each_escape_the_installed_toolkit_leaves_open(tmp_pa
         "_vllm_dual_fast_container_toolkit_fixes"]
     play = [{"name": "Toolkit warning", "hosts": "localhost", "gather_facts": False,
              "vars": {"_vllm_dual_fast_container_toolkit_fixes": fixes},
-             "tasks": preflight_tasks(
-                 "Read the installed NVIDIA Container Toolkit's version",
+             "tasks": [READ_TOOLKIT] + preflight_tasks(
                  "Warn that the container toolkit leaves a container escape open")}]
     result, text = run_playbook(tmp_path, play, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert result.returncode == 0, text

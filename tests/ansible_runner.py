@@ -28,6 +28,7 @@ def run_playbook(tmp_path, plays, extra_vars=None, env=None, args=(), inventory=
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
         "ANSIBLE_FILTER_PLUGINS": str(ROLE / "filter_plugins"),
+        "ANSIBLE_LOOKUP_PLUGINS": str(ROLE / "lookup_plugins"),
         "ANSIBLE_LIBRARY": str(ROLE / "library"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",

@@ -30,6 +30,7 @@ def run_playbook(tmp_path, plays, extra_vars=None, env=None, args=(), inventory=
         "ANSIBLE_FILTER_PLUGINS": str(ROLE / "filter_plugins"),
         "ANSIBLE_LOOKUP_PLUGINS": str(ROLE / "lookup_plugins"),
         "ANSIBLE_LIBRARY": str(ROLE / "library"),
+        "ANSIBLE_MODULE_UTILS": str(ROLE / "module_utils"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),

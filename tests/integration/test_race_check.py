@@ -28,6 +28,7 @@ rc = importlib.util.module_from_spec(spec)
 sys.modules["race_check"] = rc
 spec.loader.exec_module(rc)
 
+rb = rc.bench_module()    # files/race_bench.py: the bench's half
 GEOMETRY = dict(rc.DEFAULT_GEOMETRY)
 
 # A double of a trial child: argv = behaviour spec (JSON: trial id -> action), then trial ids.
@@ -186,10 +187,10 @@ def test_gpu_fault_classification():
 
 
 def test_stats_quantiles():
-    s = rc.stats([float(x) for x in range(1, 11)])
+    s = rb.stats([float(x) for x in range(1, 11)])
     assert s["median"] == 5.5 and s["min"] == 1.0 and s["max"] == 10.0
     assert math.isclose(s["p10"], 1.9) and math.isclose(s["p90"], 9.1)
-    assert rc.stats([]) == {"n": 0}
+    assert rb.stats([]) == {"n": 0}
 
 
 def test_shards_cover_every_trial_once():
@@ -342,9 +343,9 @@ def test_summary_line_mentions_both_modes():
 def test_bench_summary_ratios():
     bench = {"batches": {"4": {"4x(plan+run)": {"ratio_installed_over_pinned":
                                                 {"gpu_us": 1.01, "host_us": 0.99}}}}}
-    assert rc.bench_summary(bench) == (
+    assert rb.bench_summary(bench) == (
         "bench 4x(plan+run) as installed / pinned: b4 gpu 1.010 host 0.990")
-    assert rc.bench_summary({"batches": {}}) == ""
+    assert rb.bench_summary({"batches": {}}) == ""
 
 
 # ------------------------------------------------------------------ the CLI end to end

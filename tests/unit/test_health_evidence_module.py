@@ -30,8 +30,8 @@ class Recorder:
         self.calls.append(argv)
         for needle, (rc, stdout) in self.rules.items():
             if needle in " ".join(argv):
-                return evidence_module.result(rc, stdout, "", argv)
-        return evidence_module.result(0, "", "", argv)
+                return evidence_module.command_result(rc, stdout, "", argv)
+        return evidence_module.command_result(0, "", "", argv)
 
     def step(self, needle):
         """Indexes of the calls whose argv holds needle."""

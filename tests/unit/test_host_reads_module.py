@@ -6,6 +6,7 @@ read them unchanged). Commands are answered by a recording runner; disk is read 
 import importlib.util
 import os
 
+from ansible.module_utils.vllm_dual_fast_command import command_result
 from ansible_runner import ROLE
 
 spec = importlib.util.spec_from_file_location(
@@ -26,7 +27,7 @@ class Runner:
     def __call__(self, argv, timeout=60):
         self.ran.append(argv)
         rc, out = self.answers.get(" ".join(argv[:2]), (127, ""))
-        return {"rc": rc, "stdout": out, "stderr": "" if rc != 127 else "not found"}
+        return command_result(rc, out, "" if rc != 127 else "not found", argv)
 
 
 def test_a_loaded_driver_is_read_once_and_its_links_after_it():

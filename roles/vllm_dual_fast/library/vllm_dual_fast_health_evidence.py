@@ -12,9 +12,9 @@ reads: nothing on the rig changes but the race check's copy in the container's /
 
 import base64
 import os
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_dual_fast_command import command_result, run_command
 
 DOCUMENTATION = r"""
 module: vllm_dual_fast_health_evidence
@@ -101,24 +101,9 @@ ENGINE_LOG_LINES = 2000
 STEP_TIMEOUT_S = 3600    # each step bounds itself (smoke's own timeouts); this only stops a hang
 
 
-def result(rc, stdout, stderr, argv):
-    """A registered `command` result: Ansible's command module strips the trailing newline."""
-    stdout, stderr = stdout.rstrip("\r\n"), stderr.rstrip("\r\n")
-    return {"rc": rc, "stdout": stdout, "stderr": stderr, "stdout_lines": stdout.splitlines(),
-            "cmd": argv}
-
-
 def run(argv, merge_stderr=False):
-    """Run argv and return its registered result; a command that cannot start is rc 127."""
-    try:
-        done = subprocess.run(argv, stdout=subprocess.PIPE, timeout=STEP_TIMEOUT_S,
-                              stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE)
-    except OSError as err:
-        return result(127, "", str(err), argv)
-    except subprocess.TimeoutExpired:
-        return result(124, "", f"timed out after {STEP_TIMEOUT_S} s", argv)
-    decode = lambda data: (data or b"").decode("utf-8", "replace")    # noqa: E731
-    return result(done.returncode, decode(done.stdout), decode(done.stderr), argv)
+    """Run argv and return its registered result (module_utils/vllm_dual_fast_command.py)."""
+    return run_command(argv, STEP_TIMEOUT_S, merge_stderr)
 
 
 def last_lines(done, count):
@@ -144,7 +129,7 @@ def race_check(container, checks_dir, runner):
                 for name in ("race_check.py", "patcher.py")]]
     for argv in copies:
         if runner(argv)["rc"] != 0:
-            return result(2, "", f"could not copy the race check into {container}", argv)
+            return command_result(2, "", f"could not copy the race check into {container}", argv)
     ran = runner(["docker", "exec", container, "python3", f"{CHECK_DIR}/race_check.py",
                   "--patcher", f"{CHECK_DIR}/patcher.py"], merge_stderr=True)
     return last_lines(ran, 1)

@@ -11,9 +11,9 @@ preflight.yml): each reading is returned as the command task it replaces registe
 
 import os
 import shutil
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_dual_fast_command import run_command
 
 DOCUMENTATION = r"""
 module: vllm_dual_fast_host_reads
@@ -82,20 +82,9 @@ GIB = 1024 ** 3
 
 
 def run(argv, timeout=60):
-    """{rc, stdout, stderr} of argv; a tool that is not there is rc 127, one that hangs 124."""
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-    except OSError as err:
-        return {"rc": 127, "stdout": "", "stderr": str(err)}
-    except subprocess.TimeoutExpired:
-        return {"rc": 124, "stdout": "", "stderr": f"timed out after {timeout} s"}
-    text = lambda data: data.decode("utf-8", "replace").rstrip("\n")    # noqa: E731
-    return {"rc": done.returncode, "stdout": text(done.stdout), "stderr": text(done.stderr)}
-
-
-def with_lines(result):
-    return dict(result, stdout_lines=result["stdout"].splitlines(),
-                stderr_lines=result["stderr"].splitlines())
+    """argv's registered result (module_utils/vllm_dual_fast_command.py): a tool that is not
+    there is rc 127, one that hangs 124."""
+    return run_command(argv, timeout)
 
 
 def gpus_listed(smi):
@@ -103,7 +92,7 @@ def gpus_listed(smi):
 
 
 def read_gpus(runner=run, which=shutil.which):
-    smi = with_lines(runner(GPU_QUERY))
+    smi = runner(GPU_QUERY)
     found = {"nvidia_smi": smi}
     if smi["rc"] != 0:
         lspci = runner(["lspci", "-Dnn"])

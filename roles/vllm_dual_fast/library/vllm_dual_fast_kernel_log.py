@@ -9,9 +9,8 @@ none (journald not reading the kernel log, no journald), dmesg's own boot-relati
 read with the boot's id, to be compared with the kernel clock the window noted. Which lines
 count is the filter's (vllm_dual_fast_kernel_log, filter_plugins/vllm_dual_fast_health.py)."""
 
-import subprocess
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_dual_fast_command import run_command
 
 DOCUMENTATION = r"""
 module: vllm_dual_fast_kernel_log
@@ -37,14 +36,8 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 def run(argv):
     """(rc, stdout lines, stderr) of argv; a reader that is not there is rc 127."""
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=120, check=False)
-    except OSError as err:
-        return 127, [], str(err)
-    except subprocess.TimeoutExpired:
-        return 124, [], "timed out after 120 s"
-    text = lambda data: data.decode("utf-8", "replace")    # noqa: E731
-    return done.returncode, text(done.stdout).splitlines(), text(done.stderr).strip()
+    done = run_command(argv, 120)
+    return done["rc"], done["stdout_lines"], done["stderr"].strip()
 
 
 def journal_keeps_kernel_lines(runner=run):

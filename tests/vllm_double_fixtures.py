@@ -126,9 +126,14 @@ def write_rig_knobs(env: dict, **knobs) -> None:
 
 
 def load_file_module(name: str, path=None):
-    """Imports files/<name>.py (or the file at `path`) as a module: scripts, not a package."""
+    """Imports files/<name>.py (or the file at `path`) as a module: scripts, not a package. It
+    is registered under its name, and files/ is on the import path, as when it runs beside its
+    siblings (smoke.py's smoke_speed.py and smoke_long.py import from it)."""
+    if str(FILES) not in sys.path:
+        sys.path.append(str(FILES))
     spec = importlib.util.spec_from_file_location(name, path or FILES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("speed_noise_run", ROOT / "bench/speed_noise/run.py")
 noise = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(noise)
-smoke = noise.smoke
+smoke, smoke_speed, smoke_long = noise.smoke, noise.smoke_speed, noise.smoke_long
 PEAK = re.compile(r"prefill peak (\d+) MiB per card")
 
 
@@ -37,11 +37,11 @@ def first_token_s(url: str, tokens: int) -> float:
     """TTFT of one streamed chat of about `tokens` tokens, sized by POST /tokenize as the
     long-prompt gate sizes its prompts (numbers as words cost several tokens each)."""
     endpoint = smoke.Endpoint(url, None, timeout=120)
-    words, _, _ = smoke.size_long_prompt(endpoint, noise.MODEL, tokens)
-    text = smoke.long_prompt_text(smoke.nonce(), words)
+    words, _, _ = smoke_long.size_long_prompt(endpoint, noise.MODEL, tokens)
+    text = smoke_long.long_prompt_text(smoke.nonce(), words)
     payload = {"model": noise.MODEL, "max_tokens": 4, "temperature": 0, "stream": True,
-               "ignore_eos": True, "messages": smoke.long_messages(text)}
-    result = smoke.stream_chat(endpoint, payload)
+               "ignore_eos": True, "messages": smoke_long.long_messages(text)}
+    result = smoke_speed.stream_chat(endpoint, payload)
     if not result["ok"]:
         raise RuntimeError(f"long prompt of {tokens} tokens failed: {result['error']}")
     return result["ttft_s"]
@@ -51,12 +51,12 @@ def burst(url: str, n: int, tokens: int) -> list:
     barrier = threading.Barrier(n)
     endpoint = smoke.Endpoint(url, None, timeout=120)
 
-    words, _, _ = smoke.size_long_prompt(endpoint, noise.MODEL, tokens)
+    words, _, _ = smoke_long.size_long_prompt(endpoint, noise.MODEL, tokens)
 
     def one(_):
-        text = smoke.long_prompt_text(smoke.nonce(), words)
+        text = smoke_long.long_prompt_text(smoke.nonce(), words)
         barrier.wait(timeout=10)
-        return smoke.long_request(endpoint, noise.MODEL, text)["status"]
+        return smoke_long.long_request(endpoint, noise.MODEL, text)["status"]
 
     with concurrent.futures.ThreadPoolExecutor(n) as pool:
         return list(pool.map(one, range(n)))

@@ -55,7 +55,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLE_SRC = ROOT / "molecule" / "images" / "vllm-double" / "src"
-SMOKE = ROOT / "files" / "smoke.py"
+FILES = ROOT / "files"
 GATE = ROOT / "roles" / "vllm_dual_fast" / "filter_plugins" / "vllm_dual_fast_health.py"
 MODEL = "bench"
 # What the role passes (tasks/health.yml, defaults/main.yml).
@@ -67,11 +67,14 @@ OLD_GATE = {"max_drop_pct": 10.0, "ttft_floor_s": 0.0, "rate_floor_tps": 0.0}
 def load(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module    # smoke_speed and smoke_long import from smoke
     spec.loader.exec_module(module)
     return module
 
 
-smoke = load("smoke", SMOKE)
+smoke = load("smoke", FILES / "smoke.py")
+smoke_speed = load("smoke_speed", FILES / "smoke_speed.py")
+smoke_long = load("smoke_long", FILES / "smoke_long.py")
 gate = load("vllm_dual_fast_health", GATE)
 
 
@@ -130,12 +133,12 @@ def double(knobs: dict, start_timeout_s: float = 20.0, serve_args=(), extra_env=
 @contextlib.contextmanager
 def one_prompt_reused():
     """smoke as it was before issue 16: every speed request has the same prompt (no nonce)."""
-    saved = smoke.nonce
-    smoke.nonce = lambda: None
+    saved = smoke_speed.nonce
+    smoke_speed.nonce = lambda: None
     try:
         yield
     finally:
-        smoke.nonce = saved
+        smoke_speed.nonce = saved
 
 
 def rig_knobs(args, rng: random.Random, slower: bool, factor: float = 1.0) -> dict:
@@ -164,7 +167,7 @@ def speed_run(args, rng: random.Random, slower: bool = False, old: bool = False,
     start = time.monotonic()
     with double(knobs) as url, (one_prompt_reused() if old else contextlib.nullcontext()):
         endpoint = smoke.Endpoint(url, None, timeout=60)
-        speed, failures = smoke.run_speed(endpoint, MODEL, args.concurrency, args.max_tokens,
+        speed, failures = smoke_speed.run_speed(endpoint, MODEL, args.concurrency, args.max_tokens,
                                           rounds)
     if failures:
         raise RuntimeError("speed run failed: " + "; ".join(failures[:3]))

@@ -134,8 +134,9 @@ def test_a_double_with_a_renamed_metric_or_another_status_code_is_caught(
     assert any(d.startswith("models.no_key.status: real 401, double 403") for d in differences)
 
 
-def smoke_module():
-    return load_file_module("smoke")
+def smoke_module(mode=""):
+    """files/smoke.py, or with mode ("speed", "long") its smoke_speed.py or smoke_long.py."""
+    return load_file_module(f"smoke_{mode}" if mode else "smoke")
 
 
 def test_the_built_model_answers_the_sums_and_every_mtp_draft_is_accepted_on_real_vllm(real):
@@ -147,7 +148,7 @@ def test_the_built_model_answers_the_sums_and_every_mtp_draft_is_accepted_on_rea
         rng = random.Random(seed)  # noqa: S311 (the question's numbers)
         record, why = smoke.run_answer_check(endpoint, real["served"], rng)
         assert why is None and record["ok"], record
-    speed, failures = smoke.run_speed(endpoint, real["served"], 4, 32, 1)
+    speed, failures = smoke_module("speed").run_speed(endpoint, real["served"], 4, 32, 1)
     assert failures == []
     assert speed["spec_decode"]["drafts"] > 0
     assert speed["spec_decode"]["acceptance_rate"] == 1.0
@@ -187,11 +188,12 @@ def test_long_prompts_at_the_gate_and_at_max_model_len_are_answered_by_the_real_
     endpoint = smoke.Endpoint(real["base_url"], KEY)
     max_model_len = serving[4]
     gate = int(real_engine_overrides()["vllm_dual_fast_gate_long_prompt_tokens"])
-    code, report = smoke.run_long_prompt(endpoint, real["served"], gate, 4, max_model_len)
+    long = smoke_module("long")
+    code, report = long.run_long_prompt(endpoint, real["served"], gate, 4, max_model_len)
     assert code == 0, report["failures"]
     assert min(report["long_prompt"]["prompt_tokens"]) >= gate - 16
-    code, report = smoke.run_long_prompt(endpoint, real["served"], max_model_len, 1,
-                                         max_model_len)
+    code, report = long.run_long_prompt(endpoint, real["served"], max_model_len, 1,
+                                        max_model_len)
     assert code == 0, report["failures"]
     assert report["long_prompt"]["prompt_tokens"][0] >= max_model_len - smoke.LONG_CAP_MARGIN - 16
 
@@ -206,7 +208,7 @@ def test_a_speed_prompt_whose_nonce_holds_a_number_gets_words_not_a_sum(real):
     smoke = smoke_module()
     endpoint = smoke.Endpoint(real["base_url"], KEY)
     for nonce in NONCES_WITH_NUMBERS:
-        payload = dict(smoke.speed_payload(real["served"], 32, nonce), stream=False)
+        payload = dict(smoke_module("speed").speed_payload(real["served"], 32, nonce), stream=False)
         payload.pop("stream_options")
         status, body, error = endpoint.request("POST", "/v1/chat/completions", payload)
         assert status == 200, error

@@ -19,6 +19,8 @@ from vllm_double_fixtures import (
 )
 
 smoke = load_file_module("smoke")
+smoke_speed = load_file_module("smoke_speed")
+smoke_long = load_file_module("smoke_long")
 SECRET = "sk-vdf-test-0123456789"  # noqa: S105 (a test key)
 
 
@@ -178,8 +180,8 @@ def test_helpers():
     assert smoke.percentile([0.4, 0.1, 0.3, 0.2], 0.5) == 0.2
     assert smoke.percentile([0.5], 0.5) == 0.5
     # the speed medians are not the nearest-rank p50: two rounds give their mean
-    assert smoke._median([0.4, None, 0.1, 0.3, 0.2], 4) == 0.25
-    assert smoke._median([None], 2) is None
+    assert smoke_speed._median([0.4, None, 0.1, 0.3, 0.2], 4) == 0.25
+    assert smoke_speed._median([None], 2) is None
     message = {"choices": [{"message": {"content": None, "reasoning": "thinking"}}]}
     assert smoke.answer_text(message) == ("thinking", "reasoning")
     assert smoke.answer_text({"choices": [{"message": {"content": "  "}}]}) == ("", None)
@@ -305,9 +307,9 @@ def test_a_failing_stream_fails_the_smoke_and_is_named(double, capsys, tmp_path)
 
 def test_stream_chat_counts_deltas_without_a_usage_chunk(double, tmp_path):
     server = speed_double(double, tmp_path, ["--reasoning-parser", "qwen3"], tokens_per_s=200)
-    payload = smoke.speed_payload("m", 21)
+    payload = smoke_speed.speed_payload("m", 21)
     del payload["stream_options"]
-    result = smoke.stream_chat(smoke.Endpoint(server.base_url), payload)
+    result = smoke_speed.stream_chat(smoke.Endpoint(server.base_url), payload)
     assert (result["ok"], result["error"], result["status"]) == (True, None, 200)
     # 8 reasoning deltas then 13 content deltas, one token each
     assert (result["completion_tokens"], result["counted_from"]) == (21, "deltas")
@@ -359,7 +361,7 @@ def _delta(text):
 ])
 def test_broken_streams_are_failures(sse_server, events, error):
     base = sse_server(events)
-    result = smoke.stream_chat(smoke.Endpoint(base), smoke.speed_payload("m", 8))
+    result = smoke_speed.stream_chat(smoke.Endpoint(base), smoke_speed.speed_payload("m", 8))
     assert (result["ok"], result["error"]) == (False, error)
 
 
@@ -367,31 +369,33 @@ def test_sse_comments_and_other_fields_are_skipped(sse_server):
     base = sse_server([": keep-alive", "event: message", _delta("a"), "id: 7", _delta(" b"),
                        "data:" + json.dumps({"choices": [], "usage": {"completion_tokens": 5}}),
                        "", "data: [DONE]"])
-    result = smoke.stream_chat(smoke.Endpoint(base), smoke.speed_payload("m", 8))
+    result = smoke_speed.stream_chat(smoke.Endpoint(base), smoke_speed.speed_payload("m", 8))
     assert result["ok"] is True
     assert (result["completion_tokens"], result["counted_from"], result["token_deltas"]) == (
         5, "usage", 2)
 
 
 def test_speed_helpers():
-    assert smoke.sse_data(b"data: {\"a\": 1}\r\n") == '{"a": 1}'
-    assert smoke.sse_data("data:[DONE]\n") == "[DONE]"
-    assert smoke.sse_data(b": ping\n") is None
-    assert smoke.sse_data(b"\n") is None
+    assert smoke_speed.sse_data(b"data: {\"a\": 1}\r\n") == '{"a": 1}'
+    assert smoke_speed.sse_data("data:[DONE]\n") == "[DONE]"
+    assert smoke_speed.sse_data(b": ping\n") is None
+    assert smoke_speed.sse_data(b"\n") is None
     role = {"choices": [{"delta": {"role": "assistant", "content": ""}}]}
-    assert smoke.chunk_info(role) == (False, None, None)
-    assert smoke.chunk_info({"choices": [{"delta": {"reasoning": "hm"}}]}) == (True, None, None)
-    assert smoke.chunk_info({"choices": [], "usage": {"completion_tokens": 9}}) == (
+    assert smoke_speed.chunk_info(role) == (False, None, None)
+    reasoning = {"choices": [{"delta": {"reasoning": "hm"}}]}
+    assert smoke_speed.chunk_info(reasoning) == (True, None, None)
+    assert smoke_speed.chunk_info({"choices": [], "usage": {"completion_tokens": 9}}) == (
         False, 9, None)
-    figures = smoke.stream_figures(10.0, [10.5, 10.6, 10.7])
+    figures = smoke_speed.stream_figures(10.0, [10.5, 10.6, 10.7])
     assert (figures["completion_tokens"], figures["counted_from"]) == (3, "deltas")
     assert figures["ttft_s"] == 0.5
     assert figures["tokens_per_s"] == pytest.approx(10.0)  # 2 tokens after the first in 0.2 s
     # speculative decoding: fewer deltas than tokens; usage counts
-    assert smoke.stream_figures(10.0, [10.5, 10.6, 10.7], 9)["tokens_per_s"] == pytest.approx(40)
-    assert smoke.stream_figures(10.0, [10.5])["tokens_per_s"] is None
-    assert smoke.stream_figures(10.0, [])["ttft_s"] is None
-    assert smoke.stream_figures(10.0, [10.5, 10.5])["tokens_per_s"] is None
+    figures = smoke_speed.stream_figures(10.0, [10.5, 10.6, 10.7], 9)
+    assert figures["tokens_per_s"] == pytest.approx(40)
+    assert smoke_speed.stream_figures(10.0, [10.5])["tokens_per_s"] is None
+    assert smoke_speed.stream_figures(10.0, [])["ttft_s"] is None
+    assert smoke_speed.stream_figures(10.0, [10.5, 10.5])["tokens_per_s"] is None
 
 
 @pytest.mark.parametrize(("args", "named"), [
@@ -717,7 +721,7 @@ def test_a_degenerate_burst_answer_fails_its_request(rig, capsys):
 
 
 def test_a_degenerate_stream_fails_the_speed_run(rig, capsys):
-    server = rig(answer=lambda p: {"content": "the " * 20 if smoke.SPEED_PROMPT in p
+    server = rig(answer=lambda p: {"content": "the " * 20 if smoke_speed.SPEED_PROMPT in p
                                    else "Fine."})
     code, report, _ = run(capsys, "--base-url", server.base_url, "--model", "m",
                           "--concurrency", "1", "--speed", "--speed-rounds", "1")
@@ -747,7 +751,7 @@ def test_every_speed_request_has_a_prompt_of_its_own(rig, capsys):
     assert len(streamed) == 3 * 1 + 3 * 3
     first_words = [p.split()[0] for p in streamed]
     assert len(set(first_words)) == len(first_words)       # no two share even the first word
-    assert all(p.endswith(smoke.SPEED_PROMPT) for p in streamed)
+    assert all(p.endswith(smoke_speed.SPEED_PROMPT) for p in streamed)
     for key, n in (("c1", 1), ("cN", 3)):
         level = report["speed"][key]
         assert (level["requests"], level["ok"]) == (3 * n, 3 * n)
@@ -755,7 +759,7 @@ def test_every_speed_request_has_a_prompt_of_its_own(rig, capsys):
         assert sorted({s["round"] for s in level["samples"]}) == [1, 2, 3]
         assert level["tokens_per_s_p10"] <= level["tokens_per_s"]
         assert level["ttft_s_p90"] >= level["ttft_s"]
-        assert level["aggregate_tokens_per_s"] == smoke._median(
+        assert level["aggregate_tokens_per_s"] == smoke_speed._median(
             level["round_aggregate_tokens_per_s"], 2)
 
 
@@ -767,12 +771,12 @@ def test_speed_rounds_default_to_five():
 
 def test_percentiles_take_the_nearest_rank_and_skip_missing_values():
     rates = [50.0, 10.0, 40.0, 30.0, 20.0, None]
-    assert smoke._percentile(rates, 0.1, 2) == 10.0          # rank ceil(0.5) = 1
-    assert smoke._percentile(rates, 0.9, 2) == 50.0          # rank ceil(4.5) = 5
+    assert smoke_speed._percentile(rates, 0.1, 2) == 10.0          # rank ceil(0.5) = 1
+    assert smoke_speed._percentile(rates, 0.9, 2) == 50.0          # rank ceil(4.5) = 5
     ttfts = [0.1 * i for i in range(1, 21)]
-    assert smoke._percentile(ttfts, 0.9, 4) == 1.8           # the 18th of 20
-    assert smoke._percentile(ttfts, 0.1, 4) == 0.2
-    assert smoke._percentile([None], 0.9, 4) is None
+    assert smoke_speed._percentile(ttfts, 0.9, 4) == 1.8           # the 18th of 20
+    assert smoke_speed._percentile(ttfts, 0.1, 4) == 0.2
+    assert smoke_speed._percentile([None], 0.9, 4) is None
 
 
 METRICS_TEXT = '''\
@@ -803,7 +807,7 @@ def metrics_at(n):
 def test_prometheus_parser_reads_names_labels_values():
     text = (metrics_at(1) + 'odd{a="x\\"y",b="}"} 2.5 1700000000000\n'
             "no_labels 7\n" + "garbage line here\n" + 'bad_value{a="1"} NaNx\n')
-    samples = smoke.parse_prometheus(text)
+    samples = smoke_speed.parse_prometheus(text)
     assert ("odd", {"a": 'x"y', "b": "}"}, 2.5) in samples
     assert ("no_labels", {}, 7.0) in samples
     assert ("vllm:spec_decode_num_drafts_total", {"engine": "1", "model_name": "m"}, 4.0) in (
@@ -813,16 +817,17 @@ def test_prometheus_parser_reads_names_labels_values():
 
 
 def test_spec_decode_deltas_sum_over_label_sets():
-    before = smoke.spec_counters(smoke.parse_prometheus(metrics_at(10)))
-    after = smoke.spec_counters(smoke.parse_prometheus(metrics_at(35)))
+    before = smoke_speed.spec_counters(smoke_speed.parse_prometheus(metrics_at(10)))
+    after = smoke_speed.spec_counters(smoke_speed.parse_prometheus(metrics_at(35)))
     assert before == {"drafts": 80.0, "draft_tokens": 160.0, "accepted": 80.0,
                       "per_position": {0: 60.0, 1: 20.0}}
-    assert smoke.spec_decode_delta(before, after) == {
+    assert smoke_speed.spec_decode_delta(before, after) == {
         "drafts": 200, "draft_tokens": 400, "accepted": 200, "acceptance_rate": 0.5,
         "mean_acceptance_length": 2.0, "per_position": [0.75, 0.25]}
-    assert smoke.spec_decode_delta(after, after)["acceptance_rate"] is None
-    assert "unavailable" in smoke.spec_decode_delta(after, before)
-    assert smoke.spec_counters(smoke.parse_prometheus("vllm:num_requests_running 1\n")) is None
+    assert smoke_speed.spec_decode_delta(after, after)["acceptance_rate"] is None
+    assert "unavailable" in smoke_speed.spec_decode_delta(after, before)
+    running = smoke_speed.parse_prometheus("vllm:num_requests_running 1\n")
+    assert smoke_speed.spec_counters(running) is None
 
 
 def test_speed_reports_mtp_acceptance_from_metrics(rig, capsys, tmp_path, monkeypatch):
@@ -859,7 +864,7 @@ def test_missing_spec_decode_metrics_are_unavailable_not_a_failure(rig, capsys, 
 
 def test_spec_decode_unavailable_when_metrics_cannot_be_reached():
     endpoint = smoke.Endpoint(f"http://127.0.0.1:{free_port()}")
-    counters, why = smoke.read_spec_counters(endpoint)
+    counters, why = smoke_speed.read_spec_counters(endpoint)
     assert counters is None and why.startswith("/metrics: ")
 
 
@@ -942,19 +947,19 @@ def test_long_prompts_are_sized_within_one_percent_at_every_length(monkeypatch):
     short = {}
     for target in range(500, 40_000, 97):
         endpoint = TokenizingEndpoint(count_tokens)
-        words, sized_by, sized = smoke.size_long_prompt(endpoint, "m", target)
-        assert sized_by == "tokenize" and endpoint.measured <= smoke.LONG_SIZE_ROUNDS
+        words, sized_by, sized = smoke_long.size_long_prompt(endpoint, "m", target)
+        assert sized_by == "tokenize" and endpoint.measured <= smoke_long.LONG_SIZE_ROUNDS
         if sized is None or not target * 0.99 <= sized <= target:
             short[target] = sized
     assert short == {}
 
 
 def test_long_prompt_sizing_between_two_measurements_picks_the_line_through_them():
-    assert smoke.next_word_count(1000, (400, 900), (500, 1100)) == 450
-    assert smoke.next_word_count(1000, (400, 900), (401, 1003)) is None   # no word between
-    assert smoke.next_word_count(1000, None, (1000, 2010)) == 497
-    assert smoke.next_word_count(1000, (10, 999), None) == 11            # always a new length
-    assert smoke.next_word_count(1000, None, (1, 1500)) is None
+    assert smoke_long.next_word_count(1000, (400, 900), (500, 1100)) == 450
+    assert smoke_long.next_word_count(1000, (400, 900), (401, 1003)) is None   # no word between
+    assert smoke_long.next_word_count(1000, None, (1000, 2010)) == 497
+    assert smoke_long.next_word_count(1000, (10, 999), None) == 11            # always a new length
+    assert smoke_long.next_word_count(1000, None, (1, 1500)) is None
 
 
 def test_long_prompts_without_tokenize_take_one_word_per_token_and_the_cap(rig, capsys):

@@ -487,12 +487,12 @@ def reboot_decision(state):
 
 
 class FilterModule:
+    # Only what the role's YAML uses; the other functions here are the filters' parts, which
+    # tests call as plain Python.
     def filters(self):
         return {
             "vllm_dual_fast_reboot_decision": reboot_decision,
             "vllm_dual_fast_apt_sources_enable": apt_sources_enable,
-            "vllm_dual_fast_apt_sources_list_enable": apt_sources_list_enable,
-            "vllm_dual_fast_apt_deb822_enable": apt_deb822_enable,
             "vllm_dual_fast_apt_policy_candidate": apt_policy_candidate,
             "vllm_dual_fast_driver_candidate_problem": driver_candidate_problem,
             "vllm_dual_fast_cuda_repo_dir": cuda_repo_dir,

@@ -5,6 +5,7 @@ last health verdict, in Prometheus' text format.
     python3 rig_metrics.py --out /var/lib/prometheus/node-exporter/vllm-dual-fast.prom \
         [--report /var/lib/vllm-dual-fast/report.json] [--last-good /opt/vllm-dual-fast/last-good]
         [--model-cache /opt/vllm-dual-fast/hf-cache] [--power-limit-target-w 300]
+        [--expected-gpus 2] [--state-dir /var/lib/vllm-dual-fast]
     python3 rig_metrics.py --print ...      (the metrics on stdout, nothing written)
 
 What it reads, each on its own (one that fails leaves its metrics out and says so in
@@ -20,6 +21,19 @@ vdf_rig_metrics_source_up{source=...}; the others are still written):
   last_good  the last good release's verdict.json (its report's MTP acceptance: what a live
              acceptance is compared with).
   model_cache  the free and total bytes of the file system that holds the model cache.
+  driver     nvidia-smi's exit status as the driver's state (ok, missing, not_loaded, mismatch:
+             exit 18, NVML newer than the loaded module; unreachable: any other failure, 15
+             a GPU off the bus) and how many GPUs it lists, against --expected-gpus.
+  boot       this boot's id (/proc/sys/kernel/random/boot_id) and time (/proc/stat btime): the
+             Xid series carry the boot_id, and each (bus, code) the time of its newest line
+             (journald's wall clock; dmesg's boot-relative stamp plus the boot's start), so an
+             alert asks "an Xid in the last 10 minutes" of the log itself, not of a counter that
+             a scrape gap or a journal vacuum makes jump.
+  kernels    whether the running kernel and the one that boots next (the newest installed:
+             GRUB's default entry) have an nvidia module (their modules.dep), a reboot waiting
+             (/run/reboot-required), the kernel packages on hold (dpkg's status) and since when
+             kernel updates wait on them (the last maintenance run, else the role's holds record,
+             in --state-dir).
 
 Every metric it writes is in METRICS (name -> type, help): the alert rules and the dashboard name
 only those (tests/integration/test_rig_metrics.py). The file is written whole: a temporary file
@@ -102,8 +116,28 @@ METRICS = {
         "gauge", "1 when this reason holds the clocks down now (nvidia-smi "
                  "clocks_event_reasons.active, one series per NVML reason)."),
     "vdf_gpu_xid_total": (
-        "counter", "NVRM Xid lines in this boot's kernel log, by GPU bus and Xid code; starts "
-                   "again at each boot."),
+        "counter", "NVRM Xid lines in this boot's kernel log, by GPU bus, Xid code and boot_id; "
+                   "each boot's series start at 0."),
+    "vdf_gpu_xid_last_timestamp_seconds": (
+        "gauge", "When this boot's kernel log last had this Xid code on this bus (epoch)."),
+    "vdf_nvidia_driver_state": (
+        "gauge", "1 for the driver's state as nvidia-smi answers (ok, missing, not_loaded, "
+                 "mismatch, unreachable), 0 for the others."),
+    "vdf_gpus_listed": ("gauge", "GPUs nvidia-smi lists now (0 when it fails)."),
+    "vdf_gpus_expected": (
+        "gauge", "GPUs the rig had when the role set it up (absent when not given)."),
+    "vdf_rig_boot_info": ("gauge", "Always 1: this boot's id."),
+    "vdf_rig_boot_time_seconds": ("gauge", "When this boot began (epoch, /proc/stat btime)."),
+    "vdf_kernel_nvidia_module": (
+        "gauge", "1 when the kernel has an nvidia module (its modules.dep lists one), by "
+                 "`boot`: running (this boot) or next (the newest installed kernel)."),
+    "vdf_rig_reboot_required": ("gauge", "1 when /run/reboot-required is there, else 0."),
+    "vdf_rig_reboot_required_since_timestamp_seconds": (
+        "gauge", "When the reboot became required (the file's time, epoch); absent without one."),
+    "vdf_kernel_packages_held": ("gauge", "Kernel packages (linux-*) on hold in dpkg."),
+    "vdf_kernel_held_since_timestamp_seconds": (
+        "gauge", "Since when kernel updates wait on the holds: the last maintenance run, else "
+                 "the role's holds record (epoch); absent without a held kernel package."),
     "vdf_report_healthy": ("gauge", "1 when the rig's last health check passed, else 0."),
     "vdf_report_checked_timestamp_seconds": ("gauge", "When the last health check judged (epoch)."),
     "vdf_report_info": ("gauge", "Always 1: the last report's release, vLLM version and image."),
@@ -131,8 +165,8 @@ METRICS = {
         "gauge", "Uploads that did not verify as the rig they name (listed apart in the fleet "
                  "report, counted nowhere)."),
     "vdf_rig_metrics_source_up": (
-        "gauge", "1 when this run could read the source (nvidia, kernel, report, last_good, "
-                 "model_cache), else 0."),
+        "gauge", "1 when this run could read the source (nvidia, kernel, boot, kernels, "
+                 "report, last_good, model_cache), else 0."),
     "vdf_rig_metrics_last_run_timestamp_seconds": ("gauge", "When this file was written (epoch)."),
 }
 
@@ -156,7 +190,8 @@ def gpu_samples(csv_text, query=QUERY):
         if not line.strip():
             continue
         row = dict(zip(fields, (cell.strip() for cell in line.split(",")), strict=False))
-        labels = {"gpu": row.get("index", ""), "bus_id": row.get("pci.bus_id", "")}
+        labels = {"gpu": row.get("index", ""), "bus_id": row.get("pci.bus_id", ""),
+                  "pci": _bus_of(row.get("pci.bus_id", ""))}    # the Xid series' label
         for field, (metric, factor) in GPU_FIELDS.items():
             value = _number(row.get(field))
             if value is not None:
@@ -174,15 +209,39 @@ def clock_event_samples(labels, mask):
              1 if int(mask, 16) & bit else 0) for reason, bit in CLOCK_EVENT_REASONS.items()]
 
 
-def xid_counts(lines):
-    """{(bus, code): count} of the NVRM Xid lines among `lines`; bus as the driver wrote it."""
-    counts = {}
+_JOURNAL_STAMP = re.compile(r"^(\d+(?:\.\d+)?) ")
+_DMESG_STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
+
+
+def line_time(line, boot_offset):
+    """The epoch of a kernel log line: journald's short-unix stamp, or dmesg's seconds since
+    boot plus boot_offset (wall clock minus the monotonic clock, read together); None without
+    either."""
+    found = _JOURNAL_STAMP.match(line)
+    if found:
+        return float(found[1])
+    found = _DMESG_STAMP.match(line)
+    return None if found is None or boot_offset is None else float(found[1]) + boot_offset
+
+
+def xid_events(lines, boot_offset=None):
+    """{(bus, code): (count, epoch of the newest line or None)} of the NVRM Xid lines; bus as
+    the driver wrote it."""
+    events = {}
     for line in lines:
         found = _XID.search(line)
         if found:
             key = (found[1].lower(), int(found[2]))
-            counts[key] = counts.get(key, 0) + 1
-    return counts
+            count, newest = events.get(key, (0, None))
+            at = line_time(line, boot_offset)
+            newest = at if newest is None else (newest if at is None else max(newest, at))
+            events[key] = (count + 1, newest)
+    return events
+
+
+def xid_counts(lines):
+    """{(bus, code): count} of the NVRM Xid lines among `lines`."""
+    return {key: count for key, (count, _) in xid_events(lines).items()}
 
 
 def _bus_of(bus_id):
@@ -192,12 +251,126 @@ def _bus_of(bus_id):
     return found[1].lower() if found else ""
 
 
-def xid_samples(counts, buses):
+def xid_samples(events, buses, boot_id=""):
     """vdf_gpu_xid_total for every watched code on every known bus (0 until seen) and for every
-    code seen on any bus."""
-    keys = {(bus, code) for bus in buses for code in XID_WATCHED} | set(counts)
-    return [("vdf_gpu_xid_total", {"pci": bus, "code": str(code)}, counts.get((bus, code), 0))
-            for bus, code in sorted(keys)]
+    code seen on any bus, labelled with the boot; vdf_gpu_xid_last_timestamp_seconds for each
+    seen one whose time is known. events: xid_events' (or {(bus, code): count})."""
+    events = {key: (got if isinstance(got, tuple) else (got, None)) for key, got in events.items()}
+    keys = {(bus, code) for bus in buses for code in XID_WATCHED} | set(events)
+    samples = []
+    for bus, code in sorted(keys):
+        labels = {"pci": bus, "code": str(code), "boot_id": boot_id}
+        count, newest = events.get((bus, code), (0, None))
+        samples.append(("vdf_gpu_xid_total", labels, count))
+        if newest is not None:
+            samples.append(("vdf_gpu_xid_last_timestamp_seconds", labels, float(newest)))
+    return samples
+
+
+DRIVER_STATES = ("ok", "missing", "not_loaded", "mismatch", "unreachable")
+
+
+def driver_state(returncode, listed):
+    """The driver's state from nvidia-smi's exit status (None: nvidia-smi is not there): 9 is no
+    driver loaded, 18 NVML's "Driver/library version mismatch" (packages upgraded, module not
+    reloaded), any other failure a loaded driver that cannot reach a GPU (15: off the bus)."""
+    if returncode is None:
+        return "missing"
+    if returncode == 0:
+        return "ok" if listed else "unreachable"
+    return {9: "not_loaded", 18: "mismatch"}.get(returncode, "unreachable")
+
+
+def driver_samples(returncode, gpus_listed, expected=0):
+    samples = [("vdf_nvidia_driver_state", {"state": state},
+                1 if state == driver_state(returncode, gpus_listed) else 0)
+               for state in DRIVER_STATES]
+    samples.append(("vdf_gpus_listed", {}, gpus_listed))
+    if expected:
+        samples.append(("vdf_gpus_expected", {}, expected))
+    return samples
+
+
+def boot_samples(boot_id, boot_time):
+    return [("vdf_rig_boot_info", {"boot_id": boot_id}, 1),
+            ("vdf_rig_boot_time_seconds", {}, float(boot_time))]
+
+
+def read_boot(proc="/proc"):
+    """(boot id, boot time epoch) of this boot."""
+    with open(os.path.join(proc, "sys/kernel/random/boot_id")) as f:
+        boot_id = f.read().strip()
+    with open(os.path.join(proc, "stat")) as f:
+        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    return boot_id, btime
+
+
+def _version_key(version):
+    """A kernel release ordered as dpkg orders them, near enough: numbers as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part)
+            for part in re.findall(r"\d+|[A-Za-z]+", version)]
+
+
+def has_nvidia_module(modules_dir):
+    """Whether modules.dep in modules_dir lists an nvidia module (DKMS' updates/dkms/nvidia.ko,
+    Canonical's precompiled kernel/nvidia-*/nvidia.ko, compressed or not)."""
+    try:
+        with open(os.path.join(modules_dir, "modules.dep")) as f:
+            return any(re.search(r"(^|/)nvidia\.ko(\.[a-z]+)?:", line) for line in f)
+    except OSError:
+        return False
+
+
+def held_kernel_packages(status_text):
+    """Names of the linux-* packages dpkg's status marks `hold`."""
+    held = []
+    for stanza in status_text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines()
+                      if ": " in line and not line.startswith(" "))
+        if fields.get("Package", "").startswith("linux-") and \
+                fields.get("Status", "").startswith("hold "):
+            held.append(fields["Package"])
+    return held
+
+
+def _mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def kernel_samples(root="/", running=None, state_dir=None):
+    """The running and the next kernel's nvidia module, a reboot waiting, the kernel packages
+    on hold and since when updates wait on them. root: the file system read (tests: a folder)."""
+    running = running or os.uname().release
+    boot = os.path.join(root, "boot")
+    installed = [name[len("vmlinuz-"):] for name in (os.listdir(boot) if os.path.isdir(boot)
+                                                     else []) if name.startswith("vmlinuz-")]
+    modules = os.path.join(root, "lib/modules")
+    samples = [("vdf_kernel_nvidia_module", {"boot": "running", "kernel": running},
+                1 if has_nvidia_module(os.path.join(modules, running)) else 0)]
+    if installed:
+        nxt = max(installed, key=_version_key)
+        samples.append(("vdf_kernel_nvidia_module", {"boot": "next", "kernel": nxt},
+                        1 if has_nvidia_module(os.path.join(modules, nxt)) else 0))
+    since = _mtime(os.path.join(root, "run/reboot-required"))
+    samples.append(("vdf_rig_reboot_required", {}, 0 if since is None else 1))
+    if since is not None:
+        samples.append(("vdf_rig_reboot_required_since_timestamp_seconds", {}, float(int(since))))
+    try:
+        with open(os.path.join(root, "var/lib/dpkg/status"), encoding="utf-8",
+                  errors="replace") as f:
+            held = held_kernel_packages(f.read())
+    except OSError:
+        held = []
+    samples.append(("vdf_kernel_packages_held", {}, len(held)))
+    if held and state_dir:
+        waits = _mtime(os.path.join(state_dir, "maintenance.json")) or \
+            _mtime(os.path.join(state_dir, "driver-holds.json"))
+        if waits is not None:
+            samples.append(("vdf_kernel_held_since_timestamp_seconds", {}, float(int(waits))))
+    return samples
 
 
 def _epoch(iso):
@@ -272,13 +445,19 @@ def write_atomic(path, text):
         raise
 
 
-def _run(argv):
-    """stdout of argv, or None when it cannot run or fails."""
+def _run_status(argv):
+    """(exit status, stdout) of argv; (None, None) when it cannot run."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
+        return None, None
+    return done.returncode, done.stdout
+
+
+def _run(argv):
+    """stdout of argv, or None when it cannot run or fails."""
+    code, out = _run_status(argv)
+    return out if code == 0 else None
 
 
 def kernel_lines():
@@ -314,26 +493,42 @@ def cache_samples(folder):
             ("vdf_model_cache_filesystem_size_bytes", {}, float(stat.f_blocks * stat.f_frsize))]
 
 
+def boot_offset():
+    """Wall clock minus the monotonic clock now: what turns dmesg's seconds since boot (the
+    printk clock, which stops in a suspend as CLOCK_MONOTONIC does) into an epoch."""
+    return time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
 def collect(report_path=None, power_limit_target_w=0, now=None, last_good=None,
-            model_cache=None):
+            model_cache=None, expected_gpus=0, state_dir=None):
     """Every sample of one run: the sources read now, each one's up metric, the run's time."""
     samples, up = [], {}
-    csv_text = _run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"])
-    up["nvidia"] = csv_text is not None
-    gpus = gpu_samples(csv_text or "")
+    code, csv_text = _run_status(
+        ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"])
+    up["nvidia"] = code == 0
+    gpus = gpu_samples(csv_text if code == 0 else "")
     samples += gpus
+    listed = len({labels["bus_id"] for _, labels, _ in gpus})
+    samples += driver_samples(code, listed, expected_gpus)
     if power_limit_target_w:
         samples += [("vdf_gpu_power_limit_target_watts", labels, float(power_limit_target_w))
                     for metric, labels, _ in gpus if metric == "vdf_gpu_power_limit_watts"]
+    try:
+        boot_id, boot_time = read_boot()
+        samples += boot_samples(boot_id, boot_time)
+        up["boot"] = True
+    except (OSError, ValueError, StopIteration):
+        boot_id, up["boot"] = "", False
     lines = kernel_lines()
     up["kernel"] = lines is not None
     if lines is not None:
-        buses = sorted({_bus_of(labels["bus_id"]) for _, labels, _ in gpus} - {""})
-        samples += xid_samples(xid_counts(lines), buses)
+        buses = sorted({labels["pci"] for _, labels, _ in gpus} - {""})
+        samples += xid_samples(xid_events(lines, boot_offset()), buses, boot_id)
     readers = (("report", report_path, lambda path: report_samples(_read_json(path))),
                ("last_good", last_good and os.path.join(last_good, "verdict.json"),
                 lambda path: last_good_samples(_read_json(path))),
-               ("model_cache", model_cache, cache_samples))
+               ("model_cache", model_cache, cache_samples),
+               ("kernels", "/", lambda root: kernel_samples(root, state_dir=state_dir)))
     for source, path, read in readers:
         if not path:
             continue
@@ -357,11 +552,16 @@ def main(argv=None):
     parser.add_argument("--last-good", help="the last good release's folder (the link)")
     parser.add_argument("--model-cache", help="the model cache's folder")
     parser.add_argument("--power-limit-target-w", type=float, default=0)
+    parser.add_argument("--expected-gpus", type=int, default=0,
+                        help="GPUs the rig had when the role set it up")
+    parser.add_argument("--state-dir", help="the role's state folder (maintenance.json, "
+                        "driver-holds.json)")
     args = parser.parse_args(argv)
     if not args.print and not args.out:
         parser.error("--out FILE or --print")
     text = exposition(collect(args.report, args.power_limit_target_w, last_good=args.last_good,
-                              model_cache=args.model_cache))
+                              model_cache=args.model_cache, expected_gpus=args.expected_gpus,
+                              state_dir=args.state_dir))
     if args.print:
         sys.stdout.write(text)
     else:

@@ -113,7 +113,12 @@ def test_a_source_that_cannot_be_read_is_a_metric_and_the_others_are_still_writt
     assert value(samples, "vdf_rig_metrics_source_up", source="nvidia") == 0
     assert value(samples, "vdf_rig_metrics_source_up", source="report") == 0
     assert value(samples, "vdf_rig_metrics_source_up", source="kernel") == 1
-    assert not [k for k in samples if k[0].startswith("vdf_gpu_") and k[0] != "vdf_gpu_xid_total"]
+    # no telemetry; the driver's state says why, and nvidia-smi lists no GPU
+    assert not [k for k in samples if k[0].startswith("vdf_gpu_") and k[0] not in (
+        "vdf_gpu_xid_total", "vdf_gpu_xid_last_timestamp_seconds", "vdf_nvidia_driver_state")]
+    assert value(samples, "vdf_nvidia_driver_state", state="not_loaded") == 1
+    assert value(samples, "vdf_nvidia_driver_state", state="ok") == 0
+    assert value(samples, "vdf_gpus_listed") == 0
     # the Xid the kernel logged is still counted, on the bus the line names
     assert value(samples, "vdf_gpu_xid_total", pci="0000:02:00", code="79") == 1
 
@@ -157,11 +162,12 @@ def test_samples_and_exposition_are_pure_functions_of_their_input():
                                    "100, 0, 0x0000000000000001")
     names = [name for name, _, _ in rows]
     assert "vdf_gpu_power_draw_watts" not in names    # [N/A] is left out, not written as 0
-    assert ("vdf_gpu_pcie_link_width", {"gpu": "0", "bus_id": "00000000:01:00.0"}, 8) in rows
+    assert ("vdf_gpu_pcie_link_width", {"gpu": "0", "bus_id": "00000000:01:00.0",
+                                        "pci": "0000:01:00"}, 8) in rows
     text = rig_metrics.exposition(rows)
     assert text.count("# TYPE vdf_gpu_clocks_event_active gauge") == 1
-    assert 'vdf_gpu_clocks_event_active{gpu="0",bus_id="00000000:01:00.0",reason="gpu_idle"} 1' \
-        in text
+    assert ('vdf_gpu_clocks_event_active{gpu="0",bus_id="00000000:01:00.0",pci="0000:01:00",'
+            'reason="gpu_idle"} 1') in text
 
 
 def test_a_report_time_without_an_offset_is_utc_as_the_reports_write_it(monkeypatch):
@@ -180,3 +186,114 @@ def _zone_restored():
     """time.tzset() after a test that changed TZ (monkeypatch restores the variable only)."""
     yield
     time.tzset()
+
+
+# --- the driver's state, the boot's Xids, the kernels (issue 45: what nothing watched) ---------
+
+
+@pytest.mark.parametrize("fault, state, listed", [
+    (None, "ok", 2), ("no-driver", "not_loaded", 0), ("gpu-lost", "unreachable", 0),
+    ("mismatch", "mismatch", 0), ("missing", "missing", 0)])
+def test_the_driver_s_state_and_the_gpus_it_lists_against_the_rig_s(rig, fault, state, listed):
+    env = {}
+    if fault == "mismatch":    # libraries upgraded past the loaded module: nvidia-smi exits 18
+        kernel, libs = rig.folder.parent / "kernel-double", rig.folder.parent / "lib"
+        kernel.mkdir()
+        libs.mkdir()
+        (kernel / "release").write_text("6.8.0-50-generic\n")
+        (kernel / "nvidia-module").write_text("580.95.05\n")
+        (libs / "libnvidia-ml.so.580.105.08").write_text("")
+        env = {"NVIDIA_SMI_DOUBLE_KERNEL_DIR": str(kernel),
+               "NVIDIA_SMI_DOUBLE_LIB_DIR": str(libs)}
+    if fault == "missing":
+        (rig.folder.parent / "bin" / "nvidia-smi").unlink()
+    knobs = {"fault": fault} if fault in ("no-driver", "gpu-lost") else {}
+    samples = rig(env=env, args=("--expected-gpus", "2"), **knobs)
+    assert {labels for (name, labels) in samples if name == "vdf_nvidia_driver_state"
+            and samples[(name, labels)] == 1} == {frozenset({("state", state)})}
+    assert len([k for k in samples if k[0] == "vdf_nvidia_driver_state"]) == 5
+    assert value(samples, "vdf_gpus_listed") == listed
+    assert value(samples, "vdf_gpus_expected") == 2
+
+
+@pytest.mark.parametrize("journal", ["1", "0"], ids=["journald", "dmesg"])
+def test_each_xid_carries_this_boot_and_the_time_of_its_newest_line(rig, journal):
+    now = time.time()
+    rig.write_kernel_line(XID_31, at=now - 700)
+    rig.write_kernel_line(XID_31, at=now - 30)
+    samples = rig(env={"JOURNAL_KEEPS_KERNEL": journal})
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot_id = f.read().strip()
+    assert value(samples, "vdf_rig_boot_info", boot_id=boot_id) == 1
+    assert value(samples, "vdf_gpu_xid_total", pci="0000:01:00", code="31",
+                 boot_id=boot_id) == 2
+    # journald's stamp is the wall clock; dmesg's, seconds since boot turned back into one
+    newest = value(samples, "vdf_gpu_xid_last_timestamp_seconds", pci="0000:01:00", code="31")
+    assert newest == pytest.approx(now - 30, abs=1.0)
+    # a watched code never seen has a count, and no time
+    assert value(samples, "vdf_gpu_xid_total", pci="0000:02:00", code="79") == 0
+    assert not [k for k in samples if k[0] == "vdf_gpu_xid_last_timestamp_seconds"
+                and ("code", "79") in k[1]]
+    # the GPU series carry the Xid series' bus label, to join on
+    assert value(samples, "vdf_gpu_temperature_celsius", pci="0000:01:00") == 34
+
+
+def write_status(path, packages):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(
+        f"Package: {name}\nStatus: {status}\nVersion: 1\nDescription: x\n continued: line"
+        for name, status in packages) + "\n")
+
+
+def test_the_kernel_that_boots_next_without_its_module_a_reboot_waiting_and_held_updates(
+        tmp_path):
+    root, state = tmp_path / "root", tmp_path / "state"
+    (root / "boot").mkdir(parents=True)
+    for kernel in ("6.8.0-9-generic", "6.8.0-50-generic", "6.8.0-100-generic"):
+        (root / "boot" / f"vmlinuz-{kernel}").write_text("")
+        (root / "lib/modules" / kernel).mkdir(parents=True)
+    (root / "lib/modules/6.8.0-50-generic/modules.dep").write_text(
+        "kernel/drivers/video/nvidia-580srv/nvidia.ko.zst:\n"
+        "kernel/drivers/video/nvidia-580srv/nvidia-uvm.ko.zst: kernel/.../nvidia.ko.zst\n")
+    (root / "lib/modules/6.8.0-100-generic/modules.dep").write_text(
+        "kernel/drivers/video/nvidia-580srv/nvidia-uvm.ko.zst:\nkernel/fs/ext4/ext4.ko.zst:\n")
+    (root / "run").mkdir()
+    (root / "run/reboot-required").write_text("*** System restart required ***\n")
+    os.utime(root / "run/reboot-required", (1796000000, 1796000000))
+    write_status(root / "var/lib/dpkg/status", [
+        ("linux-image-generic", "hold ok installed"), ("linux-generic", "hold ok installed"),
+        ("linux-headers-generic", "install ok installed"),
+        ("nvidia-utils-580", "hold ok installed")])
+    state.mkdir()
+    (state / "driver-holds.json").write_text("{}")
+    os.utime(state / "driver-holds.json", (1795000000, 1795000000))
+    samples = {(name, frozenset(labels.items())): v for name, labels, v in
+               rig_metrics.kernel_samples(str(root), "6.8.0-50-generic", str(state))}
+    assert value(samples, "vdf_kernel_nvidia_module", boot="running",
+                 kernel="6.8.0-50-generic") == 1
+    # the newest by version, not by name (100 > 50 > 9), and its module is missing
+    assert value(samples, "vdf_kernel_nvidia_module", boot="next",
+                 kernel="6.8.0-100-generic") == 0
+    assert value(samples, "vdf_rig_reboot_required") == 1
+    assert value(samples, "vdf_rig_reboot_required_since_timestamp_seconds") == 1796000000
+    assert value(samples, "vdf_kernel_packages_held") == 2
+    assert value(samples, "vdf_kernel_held_since_timestamp_seconds") == 1795000000
+    # a maintenance run since is when updates last moved
+    (state / "maintenance.json").write_text("{}")
+    os.utime(state / "maintenance.json", (1796500000, 1796500000))
+    samples = {(name, frozenset(labels.items())): v for name, labels, v in
+               rig_metrics.kernel_samples(str(root), "6.8.0-50-generic", str(state))}
+    assert value(samples, "vdf_kernel_held_since_timestamp_seconds") == 1796500000
+
+
+def test_a_rig_without_kernels_on_hold_or_a_reboot_waiting_says_so(tmp_path):
+    write_status(tmp_path / "var/lib/dpkg/status",
+                 [("linux-image-generic", "install ok installed")])
+    samples = {(name, frozenset(labels.items())): v for name, labels, v in
+               rig_metrics.kernel_samples(str(tmp_path), "6.1.0-28-amd64", str(tmp_path))}
+    assert value(samples, "vdf_rig_reboot_required") == 0
+    assert value(samples, "vdf_kernel_packages_held") == 0
+    assert value(samples, "vdf_kernel_nvidia_module", boot="running") == 0
+    assert not [k for k in samples if k[0] in ("vdf_kernel_held_since_timestamp_seconds",
+                                               "vdf_rig_reboot_required_since_timestamp_seconds")]
+    assert not [k for k in samples if ("boot", "next") in k[1]]    # no /boot here: no next

@@ -1,5 +1,7 @@
 """Which rigs the monitoring host scrapes, and why it skips the others (pure functions)."""
 
+import re
+
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
@@ -44,7 +46,22 @@ def scrape_targets(rigs):
     return targets, skipped
 
 
+DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+
+def duration_seconds(duration):
+    """Seconds of a Prometheus duration ("10m", "1h30m", "3d"), for a rule that compares it with
+    time() - a timestamp series. ValueError for anything else."""
+    text = str(duration).strip()
+    parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{duration!r} is not a Prometheus duration (e.g. 10m, 1h30m, 3d)")
+    total = sum(int(n) * DURATION_UNITS[u] for n, u in parts)
+    return int(total) if float(total).is_integer() else total
+
+
 class FilterModule:
     def filters(self):
         return {"vllm_dual_fast_monitoring_rig_facts": rig_facts,
-                "vllm_dual_fast_monitoring_scrape_targets": scrape_targets}
+                "vllm_dual_fast_monitoring_scrape_targets": scrape_targets,
+                "vllm_dual_fast_monitoring_duration_seconds": duration_seconds}

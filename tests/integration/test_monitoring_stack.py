@@ -93,7 +93,9 @@ class Receiver(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.received.append((time.monotonic(), json.loads(body)))
+        payload = json.loads(body)
+        payload["_path"] = self.path    # /hook: the fleet's owner; /alice, /deadman
+        self.received.append((time.monotonic(), payload))
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -142,10 +144,10 @@ def wait_until(what, check, timeout):
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
-def notified(alertname, status, since, **labels):
-    """The first notification after `since` carrying alert `alertname` in `status`."""
+def notified(alertname, status, since, path="/hook", **labels):
+    """The first notification to `path` after `since` carrying alert `alertname` in `status`."""
     for at, payload in Receiver.received:
-        if at < since:
+        if at < since or payload["_path"] != path:
             continue
         for alert in payload["alerts"]:
             if (alert["labels"].get("alertname") == alertname and alert["status"] == status
@@ -193,7 +195,8 @@ def stack(tmp_path_factory):
         etc = tmp_path / "etc-prometheus"
         rigs = {
             "rig-a": {"ansible_host": LAN, "vllm_dual_fast_port": proxy["port"],
-                      "vllm_dual_fast_bind_address": ANY, "vllm_dual_fast_metrics_token": TOKEN},
+                      "vllm_dual_fast_bind_address": ANY, "vllm_dual_fast_metrics_token": TOKEN,
+                      "vllm_dual_fast_owner": "alice"},
             "rig-b": {"vllm_dual_fast_metrics_token": TOKEN},    # loopback only: not scraped
             "rig-c": {"vllm_dual_fast_pull_repo_url": "https://git.invalid/fleet.git"},
         }
@@ -206,6 +209,7 @@ def stack(tmp_path_factory):
             "_vllm_dual_fast_monitoring_group": "root",
             "vllm_dual_fast_monitoring_webhook_url": f"http://127.0.0.1:{receiver_port}/hook",
             "vllm_dual_fast_monitoring_alertmanager_listen": f"127.0.0.1:{alertmanager_port}",
+            "vllm_dual_fast_monitoring_prometheus_listen": f"127.0.0.1:{prometheus_port}",
             "vllm_dual_fast_monitoring_pulled_dir": str(pulled),
             "vllm_dual_fast_monitoring_node_exporter_port": exporter_port,
             "vllm_dual_fast_monitoring_scrape_interval": "1s",
@@ -215,6 +219,10 @@ def stack(tmp_path_factory):
             "vllm_dual_fast_monitoring_repeat_interval": "1h",
             "vllm_dual_fast_monitoring_down_for": "3s",
             "vllm_dual_fast_monitoring_xid_window": "15s",
+            "vllm_dual_fast_monitoring_owners": {
+                "alice": {"webhook_url": f"http://127.0.0.1:{receiver_port}/alice"}},
+            "vllm_dual_fast_monitoring_deadman_url": f"http://127.0.0.1:{receiver_port}/deadman",
+            "vllm_dual_fast_monitoring_deadman_interval": "2s",
         }
         result, out = render(tmp_path, rigs, overrides)
         assert result.returncode == 0, out
@@ -229,6 +237,7 @@ def stack(tmp_path_factory):
         api = f"http://127.0.0.1:{prometheus_port}/api/v1"
         wait_until("Prometheus answers", lambda: _ready(f"{api}/status/buildinfo"), 60)
         yield {"api": api, "etc": etc, "logs": logs, "out": out, "collector": collector,
+               "alertmanager": f"http://127.0.0.1:{alertmanager_port}/api/v2",
                "engine": stack_state, "engine_env": engine_env, "tmp": tmp_path,
                "rig_url": f"https://{LAN}:{proxy['port']}"}
 
@@ -255,11 +264,12 @@ def targets(api):
 
 
 def test_the_rigs_are_scraped_as_the_rules_name_them_with_their_token(stack):
-    found = wait_until("every target scraped", lambda: (lambda t: t if len(t) == 3 and set(
+    found = wait_until("every target scraped", lambda: (lambda t: t if len(t) == 5 and set(
         t.values()) == {"up"} else None)(targets(stack["api"])), 30)
-    # one rig on the LAN with a token (two jobs), the pull rigs' file; the loopback rig skipped
+    # one rig on the LAN with a token (two jobs), the pull rigs' file, the pipeline itself; the
+    # loopback rig skipped
     assert set(found) == {("vdf_rig_node", "rig-a"), ("vdf_rig_vllm", "rig-a"),
-                          ("vdf_pull_reports", "")}
+                          ("vdf_pull_reports", ""), ("prometheus", ""), ("alertmanager", "")}
     assert "Not scraped: rig-b: serves on loopback only" in stack["out"]
     assert "Not scraped: rig-c: a pull rig" in stack["out"]
     # every scrape of the rig carried its token: nginx answers its metrics to nothing else
@@ -290,6 +300,73 @@ def test_an_xid_31_reaches_the_owner_as_critical_and_resolves(stack):
     assert at - fault < 30
     wait_until("the Xid 31 alert, resolved", lambda: notified(
         "VllmDualFastGpuXidCritical", "resolved", at, rig="rig-a"), 90)
+
+
+def test_a_rig_s_own_owner_hears_of_its_xid_as_the_fleet_s_owner_does(stack):
+    fault = time.monotonic()
+    stack["collector"].write_kernel_line(XID_31.replace("31,", "13,"), at=time.time())
+    stack["collector"].run()
+    for path in ("/hook", "/alice"):
+        wait_until(f"the Xid 13 alert at {path}", lambda path=path: notified(
+            "VllmDualFastGpuXid", "firing", fault, path=path, rig="rig-a", code="13"), 60)
+
+
+def test_the_watchdog_reaches_the_dead_man_s_switch_again_and_again_and_no_one_else(stack):
+    first, _ = wait_until("the watchdog at the switch", lambda: notified(
+        "VllmDualFastWatchdog", "firing", 0, path="/deadman"), 60)
+    again, _ = wait_until("the watchdog again", lambda: notified(
+        "VllmDualFastWatchdog", "firing", first + 0.5, path="/deadman"), 30)
+    print(f"watchdog at the dead man's switch every {again - first:.1f} s (interval 2s)")
+    for path in ("/hook", "/alice"):
+        assert notified("VllmDualFastWatchdog", "firing", 0, path=path) is None
+    assert {payload["_path"] for _, payload in Receiver.received
+            if any(a["labels"]["alertname"] != "VllmDualFastWatchdog"
+                   for a in payload["alerts"])} <= {"/hook", "/alice"}
+
+
+def test_prometheus_and_alertmanager_scrape_themselves(stack):
+    wait_until("the pipeline's own targets up", lambda: all(
+        targets(stack["api"]).get((job, "")) == "up" for job in ("prometheus", "alertmanager")),
+        30)
+
+
+def post_alerts(base, alerts):
+    request = urllib.request.Request(f"{base}/alerts", data=json.dumps(alerts).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 (loopback)
+        assert response.status == 200
+
+
+def test_a_rig_whose_node_exporter_is_down_mutes_its_other_alerts_and_only_its_own(stack):
+    """Alerts posted to the live Alertmanager as Prometheus would: rig-z's node scrape is down,
+    rig-w's vLLM alone; each has an Xid alert, and so has rig-y."""
+    def alert(name, rig, **labels):
+        return {"labels": {"alertname": name, "rig": rig, "severity": "warning", **labels}}
+    post_alerts(stack["alertmanager"], [
+        alert("VllmDualFastRigDown", "rig-z", job="vdf_rig_node"),
+        alert("VllmDualFastRigDown", "rig-w", job="vdf_rig_vllm"),
+        *(alert("VllmDualFastGpuXid", rig, code="13") for rig in ("rig-z", "rig-w", "rig-y"))])
+
+    def inhibited():
+        found = get_json(f"{stack['alertmanager']}/alerts")
+        return {(a["labels"]["alertname"], a["labels"]["rig"]): bool(a["status"]["inhibitedBy"])
+                for a in found if a["labels"].get("rig") in ("rig-z", "rig-w", "rig-y")}
+    state = wait_until("the posted alerts", lambda: len(inhibited()) == 5 and inhibited(), 10)
+    assert state == {("VllmDualFastRigDown", "rig-z"): False,
+                     ("VllmDualFastRigDown", "rig-w"): False,
+                     ("VllmDualFastGpuXid", "rig-z"): True,
+                     ("VllmDualFastGpuXid", "rig-w"): False,
+                     ("VllmDualFastGpuXid", "rig-y"): False}
+
+
+def test_a_rig_naming_an_owner_the_fleet_does_not_have_is_refused_before_any_file(tmp_path):
+    etc = tmp_path / "etc-prometheus"
+    result, out = render(tmp_path, {"rig-a": {"vllm_dual_fast_owner": "bob"}}, {
+        "_vllm_dual_fast_monitoring_prometheus_dir": str(etc),
+        "vllm_dual_fast_monitoring_webhook_url": "http://127.0.0.1:9/hook"})
+    assert result.returncode != 0
+    assert "rig-a (bob)" in out and "vllm_dual_fast_monitoring_owners" in out
+    assert not etc.exists() or not any(etc.rglob("*"))
 
 
 def test_a_stopped_engine_fires_down_then_resolves_when_it_serves_again(stack):
@@ -425,7 +502,9 @@ def test_e_mail_through_the_owner_s_smtp_server_is_configured_and_its_password_n
     assert result.returncode == 0, out
     written = etc / "alertmanager.yml"
     config = yaml.safe_load(written.read_text())
-    [receiver] = config["receivers"]
+    receivers = {receiver["name"]: receiver for receiver in config["receivers"]}
+    assert set(receivers) == {"owner", "nowhere"}    # no dead man's switch set: nowhere
+    receiver = receivers["owner"]
     assert receiver["email_configs"] == [{"to": "owner@example.org", "send_resolved": True}]
     assert "webhook_configs" not in receiver
     assert config["global"]["smtp_auth_password"] == password

@@ -3,14 +3,15 @@
 
   alert_receiver.py serve PORT FILE
       Answers every POST on 127.0.0.1:PORT with 200 and appends its body to FILE as one JSON
-      line, with the wall-clock time it arrived ({"at": ..., "payload": ...}): what Alertmanager
-      sent, in order.
+      line, with the wall-clock time it arrived and the path it was sent to ({"at": ...,
+      "path": "/hook", "payload": ...}): what Alertmanager sent, in order.
   alert_receiver.py wait FILE TIMEOUT_S STATUS:ALERTNAME:LABEL=VALUE[,LABEL=VALUE] [...]
-      [--since EPOCH]
+      [--since EPOCH] [--path /hook]
       Waits, at most TIMEOUT_S, until FILE holds one notification per expectation, each carrying
       an alert of that name in that status (firing or resolved) with those labels, that arrived
-      after --since. Prints {expectation: arrival time} as JSON; exits 1 with what was received
-      when the time runs out.
+      after --since (and was sent to --path, default /hook: the fleet owner's). Prints
+      {expectation: arrival time} as JSON; exits 1 with what was received when the time runs
+      out.
 """
 
 import json
@@ -26,11 +27,12 @@ def parse_expectation(text):
     return status, name, labels
 
 
-def first_arrival(notifications, expectation, since):
-    """The arrival time of the first notification after `since` meeting `expectation`."""
+def first_arrival(notifications, expectation, since, path="/hook"):
+    """The arrival time of the first notification to `path` after `since` meeting
+    `expectation`."""
     status, name, labels = expectation
     for notification in notifications:
-        if notification["at"] < since:
+        if notification["at"] < since or notification.get("path", "/hook") != path:
             continue
         for alert in notification["payload"].get("alerts", []):
             found = alert.get("labels", {})
@@ -56,7 +58,8 @@ def serve(port, path):
         def do_POST(self):  # noqa: N802
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             with open(path, "a", encoding="utf-8") as out:
-                out.write(json.dumps({"at": time.time(), "payload": json.loads(body)}) + "\n")
+                out.write(json.dumps({"at": time.time(), "path": self.path,
+                                      "payload": json.loads(body)}) + "\n")
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -64,12 +67,13 @@ def serve(port, path):
     ThreadingHTTPServer(("127.0.0.1", port), Receiver).serve_forever()
 
 
-def wait(path, timeout_s, texts, since):
+def wait(path, timeout_s, texts, since, sent_to="/hook"):
     expectations = {text: parse_expectation(text) for text in texts}
     deadline = time.monotonic() + timeout_s
     while True:
         notifications = read(path)
-        found = {text: first_arrival(notifications, e, since) for text, e in expectations.items()}
+        found = {text: first_arrival(notifications, e, since, sent_to)
+                 for text, e in expectations.items()}
         if all(at is not None for at in found.values()):
             print(json.dumps(found))
             return 0
@@ -87,12 +91,14 @@ def main(argv):
         serve(int(argv[1]), argv[2])
         return 0
     if argv[:1] == ["wait"] and len(argv) >= 4:
-        since = 0.0
-        if "--since" in argv:
-            at = argv.index("--since")
-            since = float(argv[at + 1])
-            argv = argv[:at] + argv[at + 2:]
-        return wait(argv[1], float(argv[2]), argv[3:], since)
+        options = {"--since": "0", "--path": "/hook"}
+        for flag in options:
+            if flag in argv:
+                at = argv.index(flag)
+                options[flag] = argv[at + 1]
+                argv = argv[:at] + argv[at + 2:]
+        return wait(argv[1], float(argv[2]), argv[3:], float(options["--since"]),
+                    options["--path"])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -2,6 +2,8 @@
 
 import re
 
+from ansible.errors import AnsibleFilterError
+
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
@@ -46,6 +48,36 @@ def scrape_targets(rigs):
     return targets, skipped
 
 
+def owner_routes(owners, rig_owners):
+    """One route per owner who has rigs: [{name, rigs (sorted), webhook_url, email_to}], by name.
+    owners: vllm_dual_fast_monitoring_owners ({name: {webhook_url, email_to}}); rig_owners:
+    {rig: its vllm_dual_fast_owner, '' for none}. A rig naming an owner that is not there, or an
+    owner with neither a webhook nor an e-mail address, is refused by name (alerts that would
+    reach no one)."""
+    owners = owners or {}
+    unknown = sorted(f"{rig} ({owner})" for rig, owner in rig_owners.items()
+                     if owner and owner not in owners)
+    if unknown:
+        raise AnsibleFilterError(
+            "these rigs name an owner vllm_dual_fast_monitoring_owners does not have: "
+            + ", ".join(unknown))
+    routes = []
+    for name in sorted(owners):
+        reach = owners[name] or {}
+        if not (reach.get("webhook_url") or reach.get("email_to")):
+            raise AnsibleFilterError(
+                f"vllm_dual_fast_monitoring_owners.{name} has neither webhook_url nor email_to: "
+                "alerts for its rigs would reach no one")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(name)):
+            raise AnsibleFilterError(f"owner name {name!r}: letters, digits, '.', '_' and '-' only")
+        rigs = sorted(rig for rig, owner in rig_owners.items() if owner == name)
+        if rigs:
+            routes.append({"name": str(name), "rigs": rigs,
+                           "webhook_url": reach.get("webhook_url", ""),
+                           "email_to": reach.get("email_to", "")})
+    return routes
+
+
 DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
@@ -64,4 +96,5 @@ class FilterModule:
     def filters(self):
         return {"vllm_dual_fast_monitoring_rig_facts": rig_facts,
                 "vllm_dual_fast_monitoring_scrape_targets": scrape_targets,
-                "vllm_dual_fast_monitoring_duration_seconds": duration_seconds}
+                "vllm_dual_fast_monitoring_duration_seconds": duration_seconds,
+                "vllm_dual_fast_monitoring_owner_routes": owner_routes}

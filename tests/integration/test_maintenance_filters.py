@@ -11,8 +11,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+ROLE = ROOT / "roles/vllm_dual_fast"
 _spec = importlib.util.spec_from_file_location(
     "vdf_maintenance", ROOT / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_maintenance.py")
 mnt = importlib.util.module_from_spec(_spec)
@@ -230,6 +232,29 @@ def test_gpus_silent_on_the_new_kernel_name_what_nvidia_smi_said():
     assert result["state"] == "maintenance-failed" and result["driver_after"] == ""
     assert "did not answer on kernel 6.8.0-51-generic: Failed to initialize NVML" in result["reason"]
     assert result["kernel_log"] == ["Failed to initialize NVML: Driver/library version mismatch"]
+
+
+def test_a_gpu_off_the_bus_after_the_reboot_asks_for_a_power_cycle_not_another_kernel():
+    # Issue 45: the driver loaded (the kernel and its module are fine) and nvidia-smi exits 15.
+    lost = ("Unable to determine the device handle for GPU0000:02:00.0: GPU is lost. Reboot the "
+            "system to recover this GPU")
+    result = verdict(satisfied=False, gpu_lost=True, driver_after="", smi_lines=[lost],
+                     failed_boot_lines=["NVRM: Xid (PCI:0000:02:00): 79, fallen off the bus."])
+    assert result["state"] == "maintenance-failed" and not result["fell_back_to_previous_kernel"]
+    assert result["reason"].startswith(
+        "a GPU fell off the bus after the reboot into kernel 6.8.0-51-generic, the driver loaded: "
+        "power the rig off and on")
+    assert "did not answer on kernel" not in result["reason"]
+    assert "GPU is lost" in result["reason"]
+    assert result["kernel_log"] == [lost, "NVRM: Xid (PCI:0000:02:00): 79, fallen off the bus."]
+
+
+def test_the_fallback_to_the_previous_kernel_is_not_taken_for_a_gpu_off_the_bus():
+    tasks = yaml.safe_load((ROLE / "tasks/maintain_apply.yml").read_text())
+    [fallback] = [t for t in tasks if t["name"].startswith("Boot the previous kernel once")]
+    assert "not vllm_dual_fast_gpus_unreachable | bool" in fallback["when"]
+    names = [t["name"] for t in fallback["block"]]
+    assert "Read the NVRM lines of the boot on the new kernel" in names
 
 
 def test_a_new_kernel_left_for_the_old_one_is_not_maintained_even_when_gpus_answer():

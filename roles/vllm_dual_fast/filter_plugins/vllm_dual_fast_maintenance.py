@@ -132,7 +132,9 @@ def maintenance_verdict(evidence):
     """The result of a maintenance run that upgraded (maintain_apply.yml's one call), from:
     kernel_before, driver_before, next_kernel (what GRUB boots by default after the upgrade),
     kernel_after, driver_after ('' when the GPUs do not answer), satisfied (the driver answers
-    and is new enough), apt_failed, apt_lines, smi_lines (what nvidia-smi said), fell_back,
+    and is new enough), gpu_lost (the driver loaded but cannot reach a GPU: one fell off the bus,
+    Xid 79), apt_failed, apt_lines, smi_lines (what nvidia-smi said), failed_boot_lines (the
+    NVRM lines of the boot the run fell back from), fell_back,
     packages, marks (phase_durations' input), serving_release (the release serving again, ''
     when none was or it could not start), was_serving (a release served before the run: without
     one, health is none, not failed), health_failure (why it failed health afterwards, '' when it
@@ -148,6 +150,12 @@ def maintenance_verdict(evidence):
     if ev.get("apt_failed"):
         last = next((line for line in reversed(ev.get("apt_lines") or []) if str(line).strip()), "")
         reason = f"APT did not finish the upgrade: {last or 'no output'}"
+    elif not ev.get("satisfied") and ev.get("gpu_lost"):
+        # The module loaded: the kernel and driver are fine. A card off the bus (Xid 79) comes
+        # back only from a cold power cycle, not from a reboot into another kernel.
+        reason = (f"a GPU fell off the bus after the reboot into kernel {after}, the driver "
+                  "loaded: power the rig off and on (a reboot does not bring a card back); the "
+                  f"new kernel was kept. nvidia-smi: {smi or 'nothing'}")
     elif not ev.get("satisfied"):
         reason = f"the GPUs did not answer on kernel {after}: {smi or 'nvidia-smi said nothing'}"
     elif after != nxt:
@@ -170,7 +178,8 @@ def maintenance_verdict(evidence):
         driver_before=ev.get("driver_before"),
         driver_after=ev.get("driver_after") if ev.get("satisfied") else "",
         packages=ev.get("packages"), apt_lines=ev.get("apt_lines") if ev.get("apt_failed") else [],
-        kernel_log=[] if state == "maintained" else ev.get("smi_lines"),
+        kernel_log=[] if state == "maintained" else [
+            *(ev.get("smi_lines") or []), *(ev.get("failed_boot_lines") or [])],
         fell_back=ev.get("fell_back"), marks=ev.get("marks"), serving_release=release,
         healthy=healthy)
 

@@ -61,6 +61,23 @@ def test_a_working_driver_is_loaded_and_reads_two_gpus(tmp_path):
     assert facts == {"loaded": True, "unreachable": False, "gpus": 2}
 
 
+def test_a_caller_s_registered_smi_does_not_change_what_the_gpus_are(tmp_path):
+    """The driver scenario's verify registered its own `_smi` (another nvidia-smi query): a
+    task var of that name in gpu_facts.yml lost to it (registered vars win) and the GPU parse
+    failed on "NVIDIA GeForce RTX 3090, 580.95.05"."""
+    tasks = [{"name": "A caller's own query", "register": "_smi",
+              "ansible.builtin.command": "echo 'NVIDIA GeForce RTX 3090, 580.95.05'"},
+             {"name": "Read", "ansible.builtin.include_tasks": str(ROLE / "tasks/gpu_facts.yml")},
+             {"name": "Keep", "ansible.builtin.copy": {
+                 "dest": str(tmp_path / "facts.json"), "mode": "0644", "content":
+                 "{{ {'loaded': vllm_dual_fast_driver_loaded, 'unreachable': "
+                 "vllm_dual_fast_gpus_unreachable, 'gpus': vllm_dual_fast_gpus | length}"
+                 " | to_json }}"}}]
+    result, text, facts = read_gpus(tmp_path, tasks=tasks)
+    assert result.returncode == 0, text
+    assert facts == {"loaded": True, "unreachable": False, "gpus": 2}
+
+
 @pytest.mark.parametrize("fault, installed", [("no-driver", True), (None, False)])
 def test_no_driver_loaded_or_none_installed_is_the_install_path(tmp_path, fault, installed):
     result, text, facts = read_gpus(tmp_path, fault, installed)

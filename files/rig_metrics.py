@@ -239,11 +239,6 @@ def xid_events(lines, boot_offset=None):
     return events
 
 
-def xid_counts(lines):
-    """{(bus, code): count} of the NVRM Xid lines among `lines`."""
-    return {key: count for key, (count, _) in xid_events(lines).items()}
-
-
 def _bus_of(bus_id):
     """nvidia-smi's 00000000:01:00.0 as the driver's Xid lines name it: 0000:01:00."""
     found = re.fullmatch(r"(?:[0-9A-Fa-f]{4})?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\.\d",
@@ -254,8 +249,7 @@ def _bus_of(bus_id):
 def xid_samples(events, buses, boot_id=""):
     """vdf_gpu_xid_total for every watched code on every known bus (0 until seen) and for every
     code seen on any bus, labelled with the boot; vdf_gpu_xid_last_timestamp_seconds for each
-    seen one whose time is known. events: xid_events' (or {(bus, code): count})."""
-    events = {key: (got if isinstance(got, tuple) else (got, None)) for key, got in events.items()}
+    seen one whose time is known. events: xid_events'."""
     keys = {(bus, code) for bus in buses for code in XID_WATCHED} | set(events)
     samples = []
     for bus, code in sorted(keys):

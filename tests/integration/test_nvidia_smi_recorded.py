@@ -163,7 +163,7 @@ def test_every_recorded_xid_line_is_counted_by_its_code_and_bus_and_judged_a_fau
     for line in lines:
         found = re.search(r"NVRM: Xid \(PCI:(\w{4}:\w{2}:\w{2})\): (\d+),", line)
         assert found, line
-        assert metrics.xid_counts([line]) == {(found[1].lower(), int(found[2])): 1}, line
+        assert metrics.xid_events([line]) == {(found[1].lower(), int(found[2])): (1, None)}, line
         assert health.xid_lines(["kernel: " + line]) == ["kernel: " + line]
 
 

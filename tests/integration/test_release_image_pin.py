@@ -1,10 +1,9 @@
 """What a release starts is what was judged (issue 42, item 1): the release's compose file names
 its image by repo digest or id, never by a tag an owner's `docker pull` or `docker load` can move,
 and a tag of the release's own keeps that image through `docker image prune` while the release is
-kept. The functions are the role's (filter_plugins/vllm_dual_fast_release.py); the Docker part
+kept. The functions are the role's (module_utils/vllm_dual_fast_domain/release.py); the Docker part
 runs on the engine `make setup` starts, with images the test makes and removes."""
 
-import importlib.util
 import json
 import subprocess
 import uuid
@@ -12,13 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils.vllm_dual_fast_domain import release
 from test_release_secrets import render, role_vars
 
 ROOT = Path(__file__).parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "vdf_release_pin", ROOT / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_release.py")
-release = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(release)
 IMAGE_ID = "sha256:" + "1" * 64
 DIGEST = "sha256:" + "2" * 64
 

@@ -1,16 +1,10 @@
-"""The serving release as one object (filter_plugins/vllm_dual_fast_release.py): which release a
-run judges as new, what a failure falls back to, and what a release folder keeps (manifest,
-verdict). The cases are the rig states an interrupted or failed switch leaves behind."""
-
-import importlib.util
-from pathlib import Path
+"""The serving release as one object (the domain library's release module,
+module_utils/vllm_dual_fast_domain/release.py): which release a run judges as new, what a
+failure falls back to, and what a release folder keeps (manifest, verdict). The cases are the
+rig states an interrupted or failed switch leaves behind."""
 
 import pytest
-
-_PATH = Path(__file__).parents[2] / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_release.py"
-_spec = importlib.util.spec_from_file_location("release_filters", _PATH)
-release = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(release)
+from ansible.module_utils.vllm_dual_fast_domain import release
 
 A = "/opt/vllm-dual-fast/releases/aaaaaaaaaaaaaaaa"
 B = "/opt/vllm-dual-fast/releases/bbbbbbbbbbbbbbbb"
@@ -151,7 +145,7 @@ def test_a_data_root_under_a_symbolic_link_keeps_the_release_unchanged(tmp_path)
                                      "last_good": last_good, "legacy_report": None})
     assert judged["is_new"] is False
     assert judged["current"] == judged["last_good"] == served
-    assert release._link_target(relative) == f"{root}/releases/aaaaaaaaaaaaaaaa"
+    assert release.link_target(relative) == f"{root}/releases/aaaaaaaaaaaaaaaa"
 
 
 # A release is what runs: its name covers the image's id or digest and the model's commit.

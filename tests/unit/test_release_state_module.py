@@ -1,12 +1,13 @@
 """The module that reads the rig's release state in one run
 (library/vllm_dual_fast_release_state.py), on real folders and links: what it returns is what
 release_switch and release_baseline decide from, so each case is read by the module and then
-judged by the filters, as deploy.yml does."""
+judged by the domain library's release module, as deploy.yml does through its filters."""
 
 import importlib.util
 import json
 import os
 
+from ansible.module_utils.vllm_dual_fast_domain import release
 from ansible_runner import ROLE
 
 
@@ -19,7 +20,6 @@ def _load(name, path):
 
 state_module = _load("vllm_dual_fast_release_state",
                      ROLE / "library/vllm_dual_fast_release_state.py")
-release = _load("release_filters", ROLE / "filter_plugins/vllm_dual_fast_release.py")
 
 
 def rig(root, releases=("aaaa", "bbbb")):

@@ -4,13 +4,15 @@
 A deploy read it with two `stat` tasks (the `current` and `last-good` links) and three `slurp`
 tasks each decoded in its own `set_fact` (the rig's last report, the last good release's verdict,
 the speed reference); verify read `current` and its manifest the same way. This module reads all
-of it at once and returns it parsed; filter_plugins/vllm_dual_fast_release.py (release_switch,
-release_baseline) decides from it, as before. It only reads."""
+of it at once and returns it parsed; the domain library's release module
+(module_utils/vllm_dual_fast_domain/release.py: release_switch, release_baseline) decides from
+it, as before, and names the folder each link names for both (link_target). It only reads."""
 
 import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_dual_fast_domain.release import link_target
 
 DOCUMENTATION = r"""
 module: vllm_dual_fast_release_state
@@ -57,13 +59,6 @@ def json_object(path):
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def link_target(stat):
-    """The release folder a link names, as its text says (made absolute against its folder)."""
-    if not stat.get("islnk"):
-        return ""
-    return os.path.normpath(os.path.join(os.path.dirname(stat["path"]), stat["lnk_target"]))
 
 
 def read_state(current_link, last_good_link, report, speed_reference):

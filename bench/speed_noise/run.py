@@ -56,7 +56,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLE_SRC = ROOT / "molecule" / "images" / "vllm-double" / "src"
 FILES = ROOT / "files"
-GATE = ROOT / "roles" / "vllm_dual_fast" / "filter_plugins" / "vllm_dual_fast_health.py"
+GATE = ROOT / "roles" / "vllm_dual_fast" / "module_utils" / "vllm_dual_fast_domain" / "verdict.py"
 MODEL = "bench"
 # What the role passes (tasks/health.yml, defaults/main.yml).
 ROLE_GATE = {"max_drop_pct": 10.0, "ttft_floor_s": 0.05, "rate_floor_tps": 1.0}

@@ -5,7 +5,6 @@ the real tools. The double's wall-clock stamps drift as a real host's do after a
 or when the clock was set back (+300 s): an Xid line written after the window opened must be
 found, and one written before it must not, whichever way the clock went."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils.vllm_dual_fast_domain import verdict as health
 from ansible_runner import ROLE, run_playbook
 from kernel_log_stand_ins import install_kernel_log_tools
 
@@ -26,10 +26,6 @@ HEALTH = yaml.safe_load((ROLE / "tasks/health.yml").read_text())
 XID = ("NVRM: Xid (PCI:0000:01:00): 31, pid={pid}, name=python3, Ch 00000008, intr 00000000. "
        "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3a_1c000000.")
 BEFORE, AFTER = XID.format(pid=1111), XID.format(pid=2222)
-_spec = importlib.util.spec_from_file_location(
-    "health_filters", ROLE / "filter_plugins/vllm_dual_fast_health.py")
-health = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(health)
 
 def kernel_log_tasks():
     """health.yml's kernel-log task (an include of kernel_log.yml), pointed at the role's file

@@ -155,8 +155,7 @@ def test_every_recorded_xid_line_is_counted_by_its_code_and_bus_and_judged_a_fau
     # Real NVRM lines, of 3090 rigs and others, old and new driver wording (pid= or not,
     # "Ch 000000.." or "channel 0x.."): what rig_metrics counts and the health gate keeps.
     metrics = load_file_module("rig_metrics")
-    health = load_file_module("vdf_health", ROOT / "roles" / "vllm_dual_fast" / "filter_plugins"
-                              / "vllm_dual_fast_health.py")
+    from ansible.module_utils.vllm_dual_fast_domain import verdict as health
     lines = [line for r in recorded("xid-line") for line in r["text"].splitlines()
              if "NVRM: Xid" in line]
     assert len(lines) >= 5 and any("): 79, " in line for line in lines)

@@ -1,16 +1,9 @@
-"""Health filters. Kernel log: only lines written since the window opened (a deploy's or a
-rollback's) count, dated by journald's wall clock or by the kernel's own clock, never by dmesg's
-wall-clock rendering."""
-
-import importlib.util
-from pathlib import Path
+"""The health check's parts (module_utils/vllm_dual_fast_domain/verdict.py). Kernel log: only lines
+written since the window opened (a deploy's or a rollback's) count, dated by journald's wall clock
+or by the kernel's own clock, never by dmesg's wall-clock rendering."""
 
 import pytest
-
-_PATH = Path(__file__).parents[2] / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_health.py"
-_spec = importlib.util.spec_from_file_location("health_filters", _PATH)
-health = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(health)
+from ansible.module_utils.vllm_dual_fast_domain import verdict as health
 
 XID = ("NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=python3, Ch 00000008, intr 00000000. "
        "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3a_1c000000.")

@@ -1,21 +1,17 @@
-"""The verdict as one pure function (health_verdict in filter_plugins/vllm_dual_fast_health.py):
-from what the checks returned to {report, failures, outcome}, whose shapes files/schemas/
-health-report.schema.json and outcome.schema.json write down. Every report and outcome built
-here must validate against them; each gate's pass, fail and cannot-judge is shown through
+"""The verdict as one pure function (module_utils/vllm_dual_fast_domain/verdict.py, health_verdict):
+from what the checks returned to {report, failures, outcome}, whose shapes
+files/schemas/health-report.schema.json and outcome.schema.json write down. Every report and outcome
+built here must validate against them; each gate's pass, fail and cannot-judge is shown through
 health_verdict alone."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import jsonschema
 import pytest
+from ansible.module_utils.vllm_dual_fast_domain import verdict as health
 
 ROOT = Path(__file__).parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "vdf_health_report", ROOT / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_health.py")
-health = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(health)
 SCHEMA = json.loads((ROOT / "files/schemas/health-report.schema.json").read_text())
 OUTCOME_SCHEMA = json.loads((ROOT / "files/schemas/outcome.schema.json").read_text())
 

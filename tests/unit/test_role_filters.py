@@ -4,17 +4,15 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from ansible.module_utils.vllm_dual_fast_domain import verdict as health
 from vllm_double_fixtures import role_cfg, role_serve_args
 
 _PATH = Path(__file__).parents[2] / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast.py"
 _spec = importlib.util.spec_from_file_location("vdf_filters", _PATH)
 filters = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(filters)
-# The health check's parts live beside its verdict (vllm_dual_fast_health.py).
-_health_spec = importlib.util.spec_from_file_location(
-    "vdf_health_filters", _PATH.parent / "vllm_dual_fast_health.py")
-health = importlib.util.module_from_spec(_health_spec)
-_health_spec.loader.exec_module(health)
+# The health check's parts live beside its verdict, in the domain library
+# (module_utils/vllm_dual_fast_domain/verdict.py).
 
 TWO_3090 = (
     "0, NVIDIA GeForce RTX 3090, 24576 MiB, 580.95.05, 00000000:01:00.0, 8.6\n"

@@ -6,15 +6,16 @@ the smoke and its speed, the GPUs' conditions, the long prompts, the soak, the c
 check, the logs, the patcher's answers, the vLLM version, the upgrade guard): a module run each,
 and state that crossed the file in fifteen facts. This module runs the same steps in the same
 order, with the same conditions, and returns each step's result in the shape a registered
-`command` result has ({rc, stdout, stderr, stdout_lines} or {skipped: true}), so that the
-verdict (filter_plugins/vllm_dual_fast_health.py, health_verdict) reads them unchanged. It only
-reads: nothing on the rig changes but the race check's copy in the container's /tmp."""
+`command` result has ({rc, stdout, stderr, stdout_lines} or {skipped: true}), so that the verdict
+(module_utils/vllm_dual_fast_domain/verdict.py, health_verdict) reads them unchanged. It only reads:
+nothing on the rig changes but the race check's copy in the container's /tmp."""
 
 import base64
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.vllm_dual_fast_command import command_result, run_command
+from ansible.module_utils.vllm_dual_fast_domain.verdict import SPEED_CONDITION_FIELDS
 
 DOCUMENTATION = r"""
 module: vllm_dual_fast_health_evidence
@@ -94,8 +95,9 @@ evidence:
 SKIPPED = {"skipped": True}
 # In the serving container, not on the rig: the race check's copy lives and dies with it.
 CHECK_DIR = "/tmp/vdf-check"    # noqa: S108
-SPEED_CONDITION_QUERY = ("--query-gpu=power.limit,temperature.gpu,clocks.sm,"
-                         "clocks_event_reasons.active,driver_version")
+# The columns the verdict's speed_conditions reads, in its order: one list for the query and its
+# reader.
+SPEED_CONDITION_QUERY = "--query-gpu=" + ",".join(SPEED_CONDITION_FIELDS)
 # What the engine writes during a long prompt: vLLM's CUDA out-of-memory error is in there.
 ENGINE_LOG_LINES = 2000
 STEP_TIMEOUT_S = 3600    # each step bounds itself (smoke's own timeouts); this only stops a hang

@@ -7,7 +7,7 @@ the kernel's lines with the rig's own wall clock at receipt, across boots: where
 boot's kernel lines they are read from it since the window's wall-clock second; where it keeps
 none (journald not reading the kernel log, no journald), dmesg's own boot-relative stamps are
 read with the boot's id, to be compared with the kernel clock the window noted. Which lines
-count is the filter's (vllm_dual_fast_kernel_log, filter_plugins/vllm_dual_fast_health.py)."""
+count is the filter's (vllm_dual_fast_kernel_log, module_utils/vllm_dual_fast_domain/verdict.py)."""
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.vllm_dual_fast_command import run_command

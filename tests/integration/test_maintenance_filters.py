@@ -1,9 +1,8 @@
 # ruff: noqa: E501  (apt-get and grub.cfg lines verbatim)
-"""The maintenance run's pure helpers (filter_plugins/vllm_dual_fast_maintenance.py) on what the
-real tools print: `apt-get -s`, /boot, a grub.cfg as grub-mkconfig's 10_linux writes it on Ubuntu
+"""The maintenance run's pure helpers (module_utils/vllm_dual_fast_domain/maintenance.py) on what
+the real tools print: `apt-get -s`, /boot, a grub.cfg as grub-mkconfig's 10_linux writes it on Ubuntu
 and on Debian, `find /lib/modules`."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,13 +11,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from ansible.module_utils.vllm_dual_fast_domain import maintenance as mnt
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles/vllm_dual_fast"
-_spec = importlib.util.spec_from_file_location(
-    "vdf_maintenance", ROOT / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_maintenance.py")
-mnt = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mnt)
 SCHEMA = json.loads((ROOT / "files/schemas/maintenance.schema.json").read_text())
 KERNEL_DOUBLE = ROOT / "molecule/images/kernel-target/vdf-kernel-double"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils.vllm_dual_fast_domain import maintenance as mnt
 from ansible_runner import run_playbook
 from apt_fake_root import AptRoot
 
@@ -25,10 +26,6 @@ _spec = importlib.util.spec_from_file_location("vdf_driver_filters_ku", _PATH)
 drv = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(drv)
 BUILD = ROOT / "molecule/doubles/ubuntu-archive/build.py"
-_MNT = ROOT / "roles/vllm_dual_fast/filter_plugins/vllm_dual_fast_maintenance.py"
-_spec = importlib.util.spec_from_file_location("vdf_maintenance_filters_ku", _MNT)
-mnt = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mnt)
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("apt-get", "dpkg-deb", "gpg")),

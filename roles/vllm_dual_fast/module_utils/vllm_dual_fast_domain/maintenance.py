@@ -1,0 +1,184 @@
+"""Pure helpers for the maintenance run (tasks/maintain.yml): what APT would do, which kernel
+GRUB boots, how to name the previous one for grub-reboot, and the one builder of the run's
+result (files/schemas/maintenance.schema.json). Tested in
+tests/integration/test_maintenance_filters.py."""
+
+import re
+
+MAINTENANCE_STATES = ("maintained", "maintenance-failed", "unchanged")
+_ACTION = re.compile(r"^(Inst|Remv|Purg) (\S+)(?: \[([^\]]+)\])?(?: \((\S+))?")
+_MENU_ID = re.compile(
+    r"^\s*(submenu|menuentry) '((?:[^'\\]|\\.)*)'.*\$menuentry_id_option '([^']+)'"
+)
+LINES = 20
+
+
+def apt_simulation(stdout):
+    """What `apt-get -s install ...` would do: {install: [{name, from, to}], remove: [names]}.
+    `from` is empty for a package new to the rig (a kernel ABI is always new)."""
+    install, remove = [], []
+    for line in (stdout or "").splitlines():
+        found = _ACTION.match(line)
+        if not found:
+            continue
+        verb, name, old, new = found.groups()
+        if verb == "Inst":
+            install.append({"name": name, "from": old or "", "to": new or ""})
+        else:
+            remove.append(name)
+    return {"install": install, "remove": remove}
+
+
+def _version_key(kernel):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", kernel) if part]
+
+
+def newest_kernel(vmlinuz):
+    """The kernel GRUB's entry 0 boots: the newest of /boot/vmlinuz-<release> (paths or names),
+    by version order as GRUB's version_sort; "" when none is installed."""
+    kernels = [str(path).rsplit("/", 1)[-1].removeprefix("vmlinuz-") for path in vmlinuz or []]
+    kernels = [k for k in kernels if k and not k.endswith((".old", ".bak"))]
+    return max(kernels, key=_version_key) if kernels else ""
+
+
+def kernel_without_module(plan, installed, branch):
+    """The kernel GRUB would boot once APT carried out `plan` (apt_simulation's) on a rig with
+    the `installed` package names, when Canonical's signed NVIDIA module of the -server branch
+    (linux-modules-nvidia-<branch>-server-<kernel>) would be missing for it; else "". Canonical
+    can publish a kernel before its module: ubuntu-drivers then installs nothing, or DKMS with
+    --include-dkms (ubuntu-drivers-common's get_linux_modules_metapackage); the role stops and
+    says why."""
+    names = set(installed or []) | {item["name"] for item in (plan or {}).get("install", [])}
+    names -= set((plan or {}).get("remove", []))
+    kernels = [n.removeprefix("linux-image-") for n in names if re.match(r"linux-image-\d", n)]
+    nxt = newest_kernel(kernels)
+    return nxt if nxt and f"linux-modules-nvidia-{branch}-server-{nxt}" not in names else ""
+
+
+def module_not_published(kernel, branch):
+    """Why the role takes no kernel `kernel` (kernel_without_module's) yet: the one sentence the
+    driver install's refusal and the maintenance result both start with."""
+    return (f"Kernel {kernel} boots next without its signed NVIDIA module: Canonical has not "
+            f"published linux-modules-nvidia-{branch}-server-{kernel} yet, so the driver would not "
+            "load.")
+
+
+def grub_entry(grub_cfg, kernel):
+    """The grub-reboot name of the normal (not recovery) entry of `kernel` in a grub.cfg written
+    by grub-mkconfig's 10_linux (Debian and Ubuntu): `<submenu id>><entry id>`, ids being stable
+    where titles are translated; "" when the menu has no such entry."""
+    submenu = ""
+    depth = 0
+    for line in (grub_cfg or "").splitlines():
+        found = _MENU_ID.match(line)
+        if found:
+            kind, _title, ident = found.groups()
+            if kind == "submenu":
+                submenu = ident
+            elif ident.startswith(f"gnulinux-{kernel}-advanced-"):
+                return f"{submenu}>{ident}" if submenu and depth > 0 else ident
+        depth += line.count("{") - line.count("}")
+        if depth == 0:
+            submenu = ""
+    return ""
+
+
+def module_file_for(find_stdout, kernel):
+    """Whether `find /lib/modules/<kernel> -name 'nvidia.ko*'` found the NVIDIA module of that
+    kernel (Ubuntu's signed module package, or what DKMS built)."""
+    return any(f"/lib/modules/{kernel}/" in line for line in (find_stdout or "").splitlines())
+
+
+def _tail(lines, limit=LINES):
+    return [str(line)[:300] for line in (lines or [])][-limit:]
+
+
+def phase_durations(marks):
+    """{phase: seconds} from [[phase, epoch seconds when it ended], ...] in order, the first
+    being the run's start: each phase lasted from the mark before it to its own."""
+    marks = [(str(name), float(at)) for name, at in marks or []]
+    return {name: round(at - marks[i][1], 1) for i, (name, at) in enumerate(marks[1:])}
+
+
+def maintenance_result(state, reason="", kernel_before="", kernel_after="", driver_before="",
+                       driver_after="", packages=None, apt_lines=None, kernel_log=None,
+                       fell_back=False, marks=None, serving_release="", healthy=None):
+    """What one maintenance run did to a rig (files/schemas/maintenance.schema.json): the one
+    builder of `vllm_dual_fast_maintenance` and of maintenance.json on the rig. `healthy` is
+    None when the run checked nothing (unchanged, or no release served before), else whether the
+    release serves healthy."""
+    if state not in MAINTENANCE_STATES:
+        raise ValueError(f"unknown maintenance state {state!r} ({', '.join(MAINTENANCE_STATES)})")
+    return {
+        "state": state,
+        "reason": " ".join(str(reason or "").split())[:300],
+        "kernel_before": str(kernel_before or ""),
+        "kernel_after": str(kernel_after or ""),
+        "driver_before": str(driver_before or ""),
+        "driver_after": str(driver_after or ""),
+        "packages": sorted(str(p) for p in (packages or [])),
+        "fell_back_to_previous_kernel": bool(fell_back),
+        "apt_lines": _tail(apt_lines),
+        "kernel_log": _tail(kernel_log),
+        "phases_s": phase_durations(marks),
+        "serving": {
+            "release": str(serving_release or ""),
+            "healthy": None if healthy is None else bool(healthy and serving_release),
+        },
+    }
+
+
+def maintenance_verdict(evidence):
+    """The result of a maintenance run that upgraded (maintain_apply.yml's one call), from:
+    kernel_before, driver_before, next_kernel (what GRUB boots by default after the upgrade),
+    kernel_after, driver_after ('' when the GPUs do not answer), satisfied (the driver answers
+    and is new enough), gpu_lost (the driver loaded but cannot reach a GPU: one fell off the bus,
+    Xid 79), apt_failed, apt_lines, smi_lines (what nvidia-smi said), failed_boot_lines (the
+    NVRM lines of the boot the run fell back from), fell_back,
+    packages, marks (phase_durations' input), serving_release (the release serving again, ''
+    when none was or it could not start), was_serving (a release served before the run: without
+    one, health is none, not failed), health_failure (why it failed health afterwards, '' when it
+    passed or nothing serves). `maintained` only when APT finished, the GPUs answer on the new
+    kernel and what serves passes health."""
+    ev = evidence or {}
+    release = ev.get("serving_release") or ""
+    healthy = bool(release) and not ev.get("health_failure")
+    if not ev.get("was_serving", True) and not release:
+        healthy = None
+    nxt, after = ev.get("next_kernel") or "", ev.get("kernel_after") or ""
+    smi = next((line for line in ev.get("smi_lines") or [] if str(line).strip()), "")
+    if ev.get("apt_failed"):
+        last = next((line for line in reversed(ev.get("apt_lines") or []) if str(line).strip()), "")
+        reason = f"APT did not finish the upgrade: {last or 'no output'}"
+    elif not ev.get("satisfied") and ev.get("gpu_lost"):
+        # The module loaded: the kernel and driver are fine. A card off the bus (Xid 79) comes
+        # back only from a cold power cycle, not from a reboot into another kernel.
+        reason = (f"a GPU fell off the bus after the reboot into kernel {after}, the driver "
+                  "loaded: power the rig off and on (a reboot does not bring a card back); the "
+                  f"new kernel was kept. nvidia-smi: {smi or 'nothing'}")
+    elif not ev.get("satisfied"):
+        reason = f"the GPUs did not answer on kernel {after}: {smi or 'nvidia-smi said nothing'}"
+    elif after != nxt:
+        reason = f"kernel {nxt} has no NVIDIA module; the rig runs {after}"
+    elif ev.get("health_failure"):
+        reason = f"the serving release failed health after the upgrade: {ev['health_failure']}"
+    else:
+        reason = ""
+    if not reason:
+        state = "maintained"
+    else:
+        state = "maintenance-failed"
+        if ev.get("satisfied") and ev.get("fell_back"):
+            serves = (f"release {release} {'healthy' if healthy else 'failing health'}"
+                      if release else "no release running")
+            driver = ev.get("driver_after")
+            reason += f" (back on the previous kernel {after}, driver {driver}; {serves})"
+    return maintenance_result(
+        state, reason=reason, kernel_before=ev.get("kernel_before"), kernel_after=after,
+        driver_before=ev.get("driver_before"),
+        driver_after=ev.get("driver_after") if ev.get("satisfied") else "",
+        packages=ev.get("packages"), apt_lines=ev.get("apt_lines") if ev.get("apt_failed") else [],
+        kernel_log=[] if state == "maintained" else [
+            *(ev.get("smi_lines") or []), *(ev.get("failed_boot_lines") or [])],
+        fell_back=ev.get("fell_back"), marks=ev.get("marks"), serving_release=release,
+        healthy=healthy)

@@ -3,20 +3,15 @@ one the hash-pinned Ansible (files/pull-requirements.txt) installs on, as that r
 archive ships it; a release without one is refused at enrolment, in preflight, before anything
 changes, with the reason (not by pip)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils.vllm_dual_fast_domain import pull
 from ansible_runner import run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles/vllm_dual_fast"
-_spec = importlib.util.spec_from_file_location(
-    "vdf_pull_filters", ROLE / "filter_plugins/vllm_dual_fast_pull.py"
-)
-pull = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pull)
 REQUIREMENTS = (ROOT / "files/pull-requirements.txt").read_text()
 
 # What each release's own archive ships (python3, and jammy's python3.11, a 3.11.0 release

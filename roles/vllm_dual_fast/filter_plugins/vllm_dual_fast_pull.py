@@ -1,47 +1,27 @@
-"""Pure helpers for pull mode (tested in tests/integration/test_pull_python.py)."""
+"""Pull mode's filter: what YAML uses of the domain library's pull module
+(module_utils/vllm_dual_fast_domain/pull.py)."""
 
-import re
+import os
 
-_RANGE = re.compile(r"installs on Python (\d+)\.(\d+)-(\d+)\.(\d+)")
-_PINNED = re.compile(r"^ansible-core==(\S+)", re.M)
+import ansible.module_utils
 
+# The domain library is the role's module_utils/vllm_dual_fast_domain, which Ansible packs into
+# the modules as ansible.module_utils.*; a controller plugin does not see a role's module_utils,
+# so its folder (found from this file, wherever the role lies or links to) joins
+# ansible.module_utils' path, as tests/conftest.py does. In each filter file, not in a helper
+# beside them: Ansible loads every filter file on its own, under a name of its own, so a helper
+# would itself have to be found by path (and would be loaded as a filter plugin).
+_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "module_utils")
+if _UTILS not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_UTILS)
 
-def pull_python_range(requirements):
-    """((major, minor) lowest, (major, minor) highest) the hash-pinned requirements install on,
-    from the header scripts/pin-pull-requirements.sh writes ("installs on Python 3.11-3.13")."""
-    found = _RANGE.search(requirements or "")
-    if not found:
-        raise ValueError(
-            "pull-requirements.txt names no Python range (scripts/pin-pull-requirements.sh)"
-        )
-    low_major, low_minor, high_major, high_minor = map(int, found.groups())
-    return (low_major, low_minor), (high_major, high_minor)
-
-
-def pull_python_problem(version, requirements, interpreter="python3"):
-    """Empty when `interpreter` at `version` (3.11, 3.11.0rc1, 3.12.3) can install pull mode's
-    pinned Ansible; else why not, for the enrolment to stop on before pip would."""
-    low, high = pull_python_range(requirements)
-    found = re.match(r"^(\d+)\.(\d+)", str(version or "").strip())
-    core = _PINNED.search(requirements or "")
-    pinned = f"ansible-core {core[1]}" if core else "Ansible"
-    span = f"Python {low[0]}.{low[1]} to {high[0]}.{high[1]}"
-    if not found:
-        return (
-            f"Pull mode cannot tell the version of {interpreter} ({version!r}); "
-            f"its {pinned} needs {span}."
-        )
-    have = (int(found[1]), int(found[2]))
-    if low <= have <= high:
-        return ""
-    return (
-        f"Pull mode's hash-pinned {pinned} installs on {span}; this release's {interpreter} is "
-        f"{version}, so pip would find no matching files. Enrol this rig in push mode "
-        "(ansible-playbook site.yml from a controller) instead."
-    )
+from ansible.module_utils.vllm_dual_fast_domain.pull import (  # noqa: E402
+    pull_python_problem,
+)
 
 
 class FilterModule:
+    # Only what the role's YAML uses; tests call the domain library itself.
     def filters(self):
         return {
             "vllm_dual_fast_pull_python_problem": pull_python_problem,

@@ -33,7 +33,8 @@ $(VENV)/.installed: requirements-dev.txt requirements-test.txt
 # PYTHONDONTWRITEBYTECODE (this machine does), Python never caches them and compiled all eight
 # filter files (25 ms) in each of the 61 workers of an unchanged deploy.yml: about a tenth of its
 # controller CPU (bench/results/plugin-bytecode.json). A stale file is read from source instead.
-PLUGIN_DIRS := roles/vllm_dual_fast/filter_plugins plugins molecule/shared
+# The filters import the role's domain library (module_utils), so it is compiled with them.
+PLUGIN_DIRS := roles/vllm_dual_fast/filter_plugins roles/vllm_dual_fast/module_utils plugins molecule/shared
 bytecode: venv
 	$(VENV)/bin/python -m compileall -q $(PLUGIN_DIRS) >/dev/null
 

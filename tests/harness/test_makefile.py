@@ -38,7 +38,8 @@ def test_bytecode_compiles_the_plugins_ansible_loads_where_python_writes_none(tm
     bytecode` writes their bytecode once, the variable set or not."""
     shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
     plugins = {"roles/vllm_dual_fast/filter_plugins/a_filter.py", "plugins/strategy/a_strategy.py",
-               "molecule/shared/progress/a_callback.py"}
+               "molecule/shared/progress/a_callback.py",
+               "roles/vllm_dual_fast/module_utils/vllm_dual_fast_domain/a_part.py"}
     for plugin in plugins:
         (tmp_path / plugin).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / plugin).write_text("VALUE = 1\n")

@@ -94,7 +94,12 @@ class Fleet:
         self.script.chmod(0o755)
         self.repo.mkdir()
         self.git("init", "-q", "-b", "main")
-        (self.repo / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
+        # The role's filters: a heartbeat stopped in preflight writes its report as the role does.
+        (self.repo / "ansible.cfg").write_text(
+            "[defaults]\nretry_files_enabled = false\n"
+            f"filter_plugins = {ROOT / 'roles/vllm_dual_fast/filter_plugins'}\n")
+        # The GPU double's fault file: while it exists, a heartbeat's preflight finds a GPU lost.
+        self.gpu_lost = tmp / "gpu-lost"
         (self.repo / "pull.yml").write_text(f"""---
 - name: Apply the fleet's release (a stand-in for playbooks/pull.yml)
   hosts: all
@@ -104,6 +109,25 @@ class Fleet:
     - release.yml
     - ["host_vars/{{{{ inventory_hostname }}}}.yml", release.yml]  # as playbooks/pull.yml
   tasks:
+    - name: Write the report of a check stopped in preflight, as tasks/preflight_report.yml does
+      ansible.builtin.copy:
+        dest: {self.report}
+        content: >-
+          {{{{ {{}} | vllm_dual_fast_stopped_report(inventory_hostname,
+                   '/opt/vllm-dual-fast/releases/' ~ release,
+                   'preflight: the NVIDIA driver is loaded but cannot reach a GPU, '
+                   ~ 'which fell off the bus.',
+                   now(utc=true).isoformat(), check='preflight') | to_nice_json }}}}
+        mode: "0644"
+      when:
+        - vllm_dual_fast_stages | default([]) == ['preflight', 'verify']
+        - "'{self.gpu_lost}' is exists"
+    - name: Stop there, as preflight does with a GPU lost
+      ansible.builtin.fail:
+        msg: the NVIDIA driver is loaded but cannot reach a GPU
+      when:
+        - vllm_dual_fast_stages | default([]) == ['preflight', 'verify']
+        - "'{self.gpu_lost}' is exists"
     - name: Write a fresh report, as the verify stage does (a heartbeat)
       ansible.builtin.copy:
         dest: {self.report}
@@ -702,6 +726,87 @@ def test_a_signer_removed_since_cannot_sign_on_top_of_the_commit_that_allowed_th
     assert fleet.signers.read_text() == owner_only
 
 
+PULL_PLAYBOOK = ROOT / "playbooks/pull.yml"
+ENROLMENT_ONLY = ("pull-vars.yml", "vault-pass", "pull-enrolment.yml")
+
+
+def pulled_pull_stage(tmp_path, group_vars: dict, enrolled: dict) -> tuple:
+    """What a pulled run's pull stage writes of the rig's signers and settings: pull_mode.yml's
+    own "Write ..." and "Record ..." tasks, under playbooks/pull.yml's own vars_files (the
+    rig's enrolment file, then the fleet's group_vars from the checkout) and its
+    _vllm_dual_fast_pulled_run, with /etc/vllm-dual-fast/ under tmp_path/etc. Returns that
+    folder and the bytes of the files only an enrolment writes, as they were before the run."""
+    etc, playbooks = tmp_path / "etc", tmp_path / "checkout/playbooks"
+    group = tmp_path / "checkout/inventory/group_vars/rig3090"
+    for folder in (etc, playbooks, group):
+        folder.mkdir(parents=True)
+    (group / "main.yml").write_text(yaml.safe_dump(group_vars))
+    (etc / "pull-enrolment.yml").write_text(yaml.safe_dump(enrolled))
+    (etc / "pull-vars.yml").write_text("vllm_dual_fast_max_num_batched_tokens: 2048\n")
+    (etc / "vault-pass").write_text("the enrolment's vault password\n")
+    before = {name: (etc / name).read_bytes() for name in ENROLMENT_ONLY}
+    [pulled_play] = yaml.safe_load(PULL_PLAYBOOK.read_text())
+    assert pulled_play["roles"][0]["vars"]["_vllm_dual_fast_pulled_run"] is True
+
+    def here(path):
+        return json.loads(json.dumps(path).replace("/etc/vllm-dual-fast/", f"{etc}/"))
+
+    tasks = [t for t in yaml.safe_load(PULL_TASKS.read_text())
+             if t["name"].startswith(("Write the allowed", "Write the fleet's vault password",
+                                      "Write this rig's own variables", "Record the pull"))]
+    assert len(tasks) == 5
+    for task in tasks:
+        task["ansible.builtin.copy"].update(owner=None, group=None,
+                                            dest=here(task["ansible.builtin.copy"]["dest"]))
+    play = [{"name": "A pulled run's pull stage", "hosts": "all", "gather_facts": False,
+             "vars_files": here(pulled_play["vars_files"]),
+             "vars": {"_vllm_dual_fast_pulled_run": True,
+                      **{f"_vllm_dual_fast_pull_{name}_file": str(etc / file) for name, file in (
+                          ("allowed_signers", "allowed_signers"),
+                          ("gpg_keys", "pull-gpg-keys.asc"), ("vault_pass", "vault-pass"),
+                          ("enrolment", "pull-enrolment.yml"))},
+                      # What would change the enrolment's files, were a pulled run to write them.
+                      "vllm_dual_fast_pull_vault_password": "a password from the fleet",
+                      "vllm_dual_fast_pull_local_vars": {"vllm_dual_fast_max_num_seqs": 1},
+                      "_vllm_dual_fast_pull_settings": {"vllm_dual_fast_pull_ref": "other"}},
+             "tasks": tasks}]
+    result, output = run_playbook(playbooks, play, inventory=("-i", "rig-a,", "-c", "local"))
+    assert result.returncode == 0, output
+    return etc, before
+
+
+def test_a_pulled_commit_rotates_the_signers_and_the_new_signers_commit_applies(fleet, tmp_path):
+    # The fleet scenario's signer rotation, moved here (issue 44): the owner adds a deputy in the
+    # fleet's group_vars; the pulled run rewrites the rig's allowed signers from them (the
+    # enrolment's list loses) and leaves what only an enrolment writes as it was; a commit the
+    # deputy signs then applies.
+    owner = {"name": "owner", "ssh_key": fleet.keys.public("owner")}
+    deputy = {"name": "deputy", "ssh_key": fleet.keys.public("stranger")}
+    etc, enrolled = pulled_pull_stage(
+        tmp_path / "rotation", {"vllm_dual_fast_pull_allowed_signers": [owner, deputy]},
+        {"vllm_dual_fast_pull_allowed_signers": [owner], "vllm_dual_fast_pull_gpg_keys": []})
+    assert {name: (etc / name).read_bytes() for name in ENROLMENT_ONLY} == enrolled
+    rotated = (etc / "allowed_signers").read_text()
+    assert [line.split()[0] for line in rotated.splitlines()] == ["owner", "deputy"]
+    fleet.live_at("r1")
+    assert fleet.run().returncode == 0
+    # The rotating commit carries what its pull stage writes (the stand-in writes it).
+    rotation = fleet.commit("r2", extra="signers_text: |\n" + "".join(
+        f"  {line}\n" for line in rotated.splitlines()))
+    fleet.tag()
+    assert fleet.run().returncode == 0
+    assert fleet.signers.read_text() == rotated
+    assert fleet.pull_state()["commit"] == rotation
+    by_deputy = fleet.commit("r3", sign="stranger")
+    fleet.tag()
+    run = fleet.run()
+    assert run.returncode == 0, run.stdout + run.stderr
+    pull = fleet.pull_state()
+    assert (pull["state"], pull["commit"]) == ("applied", by_deputy)
+    assert pull["signer"].startswith("deputy SHA256:"), pull["signer"]
+    assert fleet.applied_releases() == ["r1 ", "r2 ", "r3 "]
+
+
 def test_a_commit_the_ref_pins_by_hash_must_descend_too(fleet):
     c1, c2 = fleet.applied_r1_then_r2()
     fleet.settings(c1)  # pinned to the older commit's hash
@@ -1005,6 +1110,36 @@ def test_with_nothing_to_apply_a_health_check_refreshes_the_report(fleet):
     sent = uploaded(server)
     assert sent["checked_at"] > "2026"  # a new checked_at, not 2020's
     assert sent["pull"]["state"] == "unchanged"
+    server.shutdown()
+
+
+HEALTH_SCHEMA = ROOT / "files/schemas/health-report.schema.json"
+
+
+def test_a_heartbeat_whose_check_fails_uploads_the_new_unhealthy_report(fleet):
+    # The fleet scenario's heartbeats after a crash and with a GPU lost, moved here (issue 44):
+    # the check fails, and the run uploads the report that check wrote, not the one before it
+    # (what the check writes: tests/unit/test_health_report.py, tests/integration/
+    # test_gpu_facts.py).
+    server = PutServer()
+    commit = fleet.live_at("r1", settings=dict(url=server.url(), VDF_PULL_CHECK_TIMEOUT_S=120))
+    assert fleet.run().returncode == 0
+    assert fleet.run().returncode == 0
+    before = uploaded(server)
+    assert before["healthy"] is True and before["pull"]["check_rc"] == 0
+    fleet.gpu_lost.write_text('{"fault": "gpu-lost"}')
+    result = fleet.run()
+    assert result.returncode == 0, result.stdout + result.stderr  # nothing to apply: not failed
+    assert "health check exit 0" not in result.stdout
+    sent = uploaded(server)
+    jsonschema.validate(sent, json.loads(HEALTH_SCHEMA.read_text()))
+    assert sent["healthy"] is False and sent["checked_at"] > before["checked_at"]
+    assert sent["release"] == before["release"] == "r1"  # the release serving, unhealthy
+    [failure] = sent["failures"]
+    assert failure["check"] == "preflight" and "cannot reach a GPU" in failure["line"]
+    assert (sent["pull"]["state"], sent["pull"]["commit"]) == ("unchanged", commit)
+    assert sent["pull"]["check_rc"] != 0
+    assert fleet.applied_releases() == ["r1 "]
     server.shutdown()
 
 
@@ -1345,16 +1480,20 @@ def rig_keys_file(fleet, **names) -> pathlib.Path:
     return path
 
 
-def fleet_rows(tmp: pathlib.Path, uploads: dict, keys: pathlib.Path) -> dict:
-    """files/fleet_report.py over pulled/<name> = body: its JSON result."""
+def fleet_rows(tmp: pathlib.Path, uploads: dict, keys: pathlib.Path, pushed=None,
+               more=()) -> dict:
+    """files/fleet_report.py over pulled/<name> = body (and the pushed reports
+    pushed/<name> = text, with more of its arguments): its JSON result."""
     pulled, reports, out = tmp / "pulled", tmp / "pushed", tmp / "out"
     for folder in (pulled, reports):
         folder.mkdir(parents=True)
     for name, body in uploads.items():
         (pulled / name).write_bytes(body)
+    for name, text in (pushed or {}).items():
+        (reports / name).write_text(text)
     assert fleet_report.main(["--reports", str(reports), "--pulled", str(pulled),
                               "--rig-keys", str(keys), "--out", str(out),
-                              "--stale-after", "1e9"]) == 0
+                              "--stale-after", "1e9", *more]) == 0
     [written] = out.glob("fleet-*.json")
     return json.loads(written.read_text())
 
@@ -1407,6 +1546,82 @@ def test_a_rig_without_its_key_uploads_unsigned_and_counts_nowhere(fleet):
     rows = fleet_rows(fleet.tmp / "report", {"rig-a.json": body},
                       rig_keys_file(fleet, **{"rig-a": "rig-a"}))
     assert rows["rows"] == [] and rows["not_verified"][0]["why"].startswith("unsigned")
+    server.shutdown()
+
+
+def now_utc() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def test_a_signed_refusal_counts_and_its_forgeries_are_listed_apart(fleet):
+    # The fleet scenario's forgeries, moved here (issue 44): the rig's signed upload of a
+    # refusal counts as its own; the same upload under a name the rig keys file lacks, and one
+    # with the refusal made to read "applied" after signing, are listed apart, counted nowhere,
+    # and the rig's row (from its pushed report) says its upload did not verify.
+    server = PutServer()
+    fleet.report.write_text(json.dumps({"host": "rig-a", "release": "r2", "healthy": True,
+                                        "checked_at": now_utc()}))
+    c1 = fleet.live_at("r1", settings=dict(url=server.url()))
+    assert fleet.run().returncode == 0
+    c2 = fleet.commit("r2")
+    fleet.tag()
+    assert fleet.run().returncode == 0
+    fleet.tag(c1)
+    assert fleet.run().returncode == 1  # not a descendant of c2: refused
+    signed = server.bodies["/reports/rig-a.json"]
+    envelope = json.loads(signed)
+    changed = dict(envelope, report=envelope["report"].replace('"state": "refused"',
+                                                               '"state": "applied"'))
+    assert changed["report"] != envelope["report"]
+    keys = rig_keys_file(fleet, **{"rig-a": "rig-a"})
+    pushed = {"rig-a.json": json.dumps({"schema_version": 2, "host": "rig-a", "release": "r0",
+                                        "checked_at": "2026-01-01T00:00:00Z", "healthy": True,
+                                        "failures": []})}
+    counted = fleet_rows(fleet.tmp / "signed", {"rig-a.json": signed}, keys, pushed)
+    [row] = counted["rows"]
+    assert (row["report_from"], row["verified"], row["state"]) == ("pulled", True,
+                                                                   "pull-refused")
+    assert f"not a descendant of {c2[:10]}" in row["reason"]
+    assert counted["not_verified"] == []
+    forged = fleet_rows(fleet.tmp / "forged", {"rig-b.json": signed,
+                                               "rig-a.json": json.dumps(changed).encode()},
+                        keys, pushed)
+    why = {apart["file"]: apart["why"] for apart in forged["not_verified"]}
+    assert sorted(why) == ["rig-a.json", "rig-b.json"]
+    assert "not in the rig keys file" in why["rig-b.json"]
+    assert "signature does not verify" in why["rig-a.json"]
+    assert [r for r in forged["rows"] if r["report_from"] == "pulled"] == []
+    assert [r for r in forged["rows"] if r["state"] == "pull-refused"] == []
+    [row] = forged["rows"]
+    assert row["host"] == "rig-a" and "uploaded report not verified" in (row["reason"] or "")
+    server.shutdown()
+
+
+def test_a_frozen_rigs_signed_upload_is_flagged_off_the_owners_newest_commit(fleet, capsys):
+    # The fleet scenario's frozen tag and the fleet report against the owner's newest commit,
+    # moved here (issue 44): the rig refuses the expired tag, keeps serving what it applied,
+    # and the report of its signed upload names it as not on the ref's commit.
+    server = PutServer()
+    fleet.report.write_text(json.dumps({"host": "rig-a", "release": "r1", "healthy": True,
+                                        "checked_at": now_utc()}))
+    applied = fleet.live_at("r1", settings=dict(url=server.url()))
+    assert fleet.run().returncode == 0
+    old = {"GIT_COMMITTER_DATE": f"{int(time.time()) - 10 * 86400} +0000"}
+    fleet.tag(valid_until=utc_in(-3), env=old)
+    assert fleet.run().returncode == 1
+    assert fleet.pull_state()["state"] == "expired"
+    newest = fleet.commit("r2-wip")  # the owner's newest, which a frozen host withholds
+    capsys.readouterr()
+    result = fleet_rows(fleet.tmp / "report", {"rig-a.json": server.bodies["/reports/rig-a.json"]},
+                        rig_keys_file(fleet, **{"rig-a": "rig-a"}),
+                        more=("--ref-commit", newest, "--print"))
+    printed = capsys.readouterr().out
+    [row] = result["rows"]
+    assert (row["state"], row["verified"], row["off_ref"]) == ("pull-refused", True, True)
+    assert row["pull_applied_commit"] == applied
+    assert f"Not on the ref's commit {newest[:12]}" in printed
+    assert f"- rig-a: applied {applied[:12]}, pull expired" in printed
+    assert fleet.applied_releases() == ["r1 "]
     server.shutdown()
 
 

@@ -109,6 +109,25 @@ def test_nothing_reached_is_unhealthy_and_says_what_is_unknown():
     assert (report["vllm_version"], report["patch_status"]) == ("", "unknown")
 
 
+def test_a_container_stopped_since_the_last_check_is_unhealthy_by_its_smoke():
+    """A heartbeat's check after a crash (the fleet scenario stopped the container, moved here:
+    issue 44): smoke.py gives up on the exited container, docker exec answers nothing; the
+    report is the serving release's, unhealthy, valid against the schema."""
+    gone = "health: container vllm-dual-fast is exited; its last log lines: (none)"
+    ev = evidence(
+        smoke={"rc": 2, "stderr": "", "stdout": json.dumps(
+            {"ok": False, "failures": [gone], "health": {"ok": False, "gone": gone[8:]}})},
+        restarts_after={"stdout": "0 2026-12-02T09:59:00Z"},
+        vllm_version={"rc": 1, "stdout": ""},
+        patch_check={"stdout": "", "stderr": "container vllm-dual-fast is not running"})
+    verdict = verdict_of(ev)
+    report = verdict["report"]
+    assert not report["healthy"] and verdict["outcome"]["state"] == "failed"
+    assert report["release"] == "0123456789abcdef"
+    assert lines(report, "smoke") == [f"smoke c=4 failed: {gone}"]
+    assert "container-restart" not in [f["check"] for f in report["failures"]]
+
+
 def test_a_canary_fails_each_gate_it_fails_and_records_them():
     ev = evidence(
         gates=True,

@@ -125,7 +125,7 @@ from signed_reports import (  # noqa: E402
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT = 0, 1, 2
 STATES = ("updated", "unchanged", "rolled-back", "failed", "lost", "not-reached", "unreachable",
-          "staging-failed", "maintained", "maintenance-failed")
+          "staging-failed", "maintained", "maintenance-failed", "maintenance-waiting")
 # Rigs that did not answer at the end of the rollout: what they serve is not known now.
 UNANSWERED = ("unreachable", "lost")
 # Without a rollout state: what the rig's own report says.

@@ -288,3 +288,22 @@ def test_a_refused_kernel_s_reason_names_the_module_and_fits_the_schema(kernel):
     result = mnt.maintenance_result("maintenance-failed", reason=notice + tail)
     assert result["reason"].endswith("once it is published.")
     jsonschema.validate(result, SCHEMA)
+
+
+# Recorded from the real apt-get -s (2.6.1 on this Debian 12 machine, 3.0.4 in the Ubuntu-shaped
+# rig's image) against the Ubuntu archive double's `skew` snapshot: a driver point release
+# published before its modules (tests/integration/test_ubuntu_kernel_updates.py runs it live).
+@pytest.mark.parametrize("apt", ["2.6", "3.0.4"])
+def test_unmet_dependencies_are_named_one_per_line_as_either_apt_prints_them(apt):
+    recorded = (ROOT / f"tests/recorded/apt-{apt}-unmet-driver-before-modules.txt").read_text()
+    assert mnt.apt_unmet(recorded) == [
+        "nvidia-headless-no-dkms-580-server : Depends: nvidia-kernel-common-580-server (>= 580.105.08) but 580.95.05-0ubuntu0.24.04.1 is to be installed",
+        "nvidia-headless-no-dkms-580-server : Depends: libnvidia-compute-580-server (= 580.105.08-0ubuntu0.24.04.1) but 580.95.05-0ubuntu0.24.04.1 is to be installed",
+        "nvidia-utils-580-server : Depends: nvidia-kernel-common-580-server-580.105.08",
+    ]
+    assert mnt.apt_simulation(recorded) == {"install": [], "remove": []}
+
+
+def test_a_plan_apt_could_make_has_no_unmet_dependency():
+    assert mnt.apt_unmet(APT_SIMULATION) == []
+    assert mnt.apt_unmet("") == []

@@ -8,12 +8,14 @@ for the user space that is installed (else: no GPU, or NVML's driver/library ver
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 from ansible.module_utils.vllm_dual_fast_domain import maintenance as mnt
@@ -26,6 +28,7 @@ _spec = importlib.util.spec_from_file_location("vdf_driver_filters_ku", _PATH)
 drv = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(drv)
 BUILD = ROOT / "molecule/doubles/ubuntu-archive/build.py"
+SCHEMA = json.loads((ROOT / "files/schemas/maintenance.schema.json").read_text())
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("apt-get", "dpkg-deb", "gpg")),
@@ -218,3 +221,64 @@ def test_the_role_stops_before_a_driver_install_that_would_boot_a_kernel_without
         assert "Kernel 6.8.0-52-generic boots next without its signed NVIDIA module" in out, out
         assert "linux-modules-nvidia-580-server-6.8.0-52-generic" in out, out
         assert ("mokutil --import" in out) == (secure_boot == "enabled"), out
+
+
+def _maintenance_plan(tmp_path, apt):
+    """maintain.yml's plan phase (APT's plan, what it means, the record of a run that changes
+    nothing, and the stop of a failed one), run by ansible-playbook against the fake root."""
+    tasks = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain.yml").read_text())
+    wanted = ("Ask APT what upgrading", "Keep APT's plan", "Look for a release that serves",
+              "Record a run that changed nothing", "Stop when the kernel and driver")
+    plan = [t for t in tasks if t["name"].startswith(wanted)]
+    assert len(plan) == len(wanted), [t["name"] for t in tasks]
+    result_file = tmp_path / "maintenance.json"
+    keep = {"name": "Keep the result", "ansible.builtin.copy": {
+        "content": "{{ vllm_dual_fast_maintenance | to_json }}", "dest": str(result_file),
+        "mode": "0644"}, "when": "vllm_dual_fast_maintenance is defined"}
+    play = [{"name": "Maintenance plan", "hosts": "localhost", "gather_facts": False,
+             "environment": {"APT_CONFIG": str(apt.config)}, "tasks": [*plan[:-1], keep, plan[-1]]}]
+    dpkg = "".join(f"install ok installed {name}\n" for name in apt.installed())
+    result, out = run_playbook(tmp_path, play, {
+        "_vllm_dual_fast_mnt_packages": drv.maintenance_upgrade_packages(
+            "ubuntu", "distro", BRANCH, apt.installed(), FLAVOUR),
+        "_vllm_dual_fast_mnt_unfinished": [],
+        "_vllm_dual_fast_mnt_dpkg": {"stdout": dpkg},
+        "_vllm_dual_fast_mnt_marks": [["start", 0.0]],
+        "_vllm_dual_fast_mnt_before": {"kernel": "6.8.0-50-generic", "driver": "580.95.05"},
+        "_vllm_dual_fast_driver_family": "ubuntu",
+        "vllm_dual_fast_driver_source": "distro",
+        "vllm_dual_fast_driver_branch": int(BRANCH),
+        "_vllm_dual_fast_current_link": str(tmp_path / "no-release"),
+    })
+    found = json.loads(result_file.read_text()) if result_file.exists() else {}
+    return result, out, found
+
+
+def test_a_driver_published_before_its_modules_makes_the_run_wait_touching_nothing(
+        tmp_path, archive):
+    """Canonical publishes a driver point release's user space before linux-restricted-modules
+    is rebuilt for it: APT cannot install the unit together (exit 100, unmet dependencies). The
+    run reports `maintenance-waiting` naming them, passes, and APT changed nothing."""
+    apt = provisioned_rig(tmp_path, archive)
+    apt.set_suites(["noble", "noble-updates"])
+    skew = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot="skew")
+    before = skew.status.read_text()
+    result, out, found = _maintenance_plan(tmp_path, skew)
+    assert result.returncode == 0, out
+    jsonschema.validate(found, SCHEMA)
+    assert found["state"] == "maintenance-waiting", found
+    assert found["reason"].startswith(
+        "APT cannot install the update yet: nvidia-headless-no-dkms-580-server : Depends: "
+        "nvidia-kernel-common-580-server"), found
+    assert "nvidia-utils-580-server : Depends: nvidia-kernel-common-580-server-580.105.08" in (
+        found["apt_lines"]), found
+    assert skew.status.read_text() == before
+
+
+def test_a_plan_apt_can_make_is_left_to_the_upgrade(tmp_path, archive):
+    """The same plan phase on `fixed` (modules published): not waiting; the upgrade would run."""
+    provisioned_rig(tmp_path, archive)
+    fixed = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot="fixed")
+    result, out, found = _maintenance_plan(tmp_path, fixed)
+    assert result.returncode == 0, out
+    assert found == {}, found     # no result yet: maintain_apply.yml makes it

@@ -357,7 +357,7 @@ def unrelated_package(release, update):
     )
 
 
-SNAPSHOTS = ("first", "updates", "broken", "fixed", "ahead")
+SNAPSHOTS = ("first", "updates", "broken", "fixed", "ahead", "skew")
 
 
 def archive(codename="noble", snapshot="updates"):
@@ -369,7 +369,11 @@ def archive(codename="noble", snapshot="updates"):
       broken   the same, but ABI 2's module fails in its postinst (a module that will not install);
       fixed    the same, with ABI 2's module and its meta published again (+2), installing;
       ahead    `fixed` plus kernel ABI 3 (the flavour's metas follow it) whose NVIDIA module is
-               not published yet: the module meta still names ABI 2's.
+               not published yet: the module meta still names ABI 2's;
+      skew     `first`, and in -updates point release 2's user space alone: its modules (for any
+               ABI) are not published yet, so installing it with the module metas has unmet
+               dependencies (the driver's sources are published before linux-restricted-modules
+               is rebuilt for them).
     -security stays empty (a Release file only)."""
     release, kernels, drivers = RELEASES[codename]
     (abi1, up1), (abi2, up2), (abi3, up3) = kernels
@@ -388,6 +392,8 @@ def archive(codename="noble", snapshot="updates"):
         *hwe_packages(codename, second),
         unrelated_package(release, 4),
     ]
+    if snapshot == "skew":
+        updates = [*driver_packages(second, release), unrelated_package(release, 4)]
     return {
         codename: [
             *kernel_packages(abi1, up1),

@@ -17,6 +17,7 @@ if _UTILS not in ansible.module_utils.__path__:
 
 from ansible.module_utils.vllm_dual_fast_domain.maintenance import (  # noqa: E402
     apt_simulation,
+    apt_unmet,
     grub_entry,
     kernel_without_module,
     maintenance_result,
@@ -32,6 +33,7 @@ class FilterModule:
     def filters(self):
         return {
             "vllm_dual_fast_apt_simulation": apt_simulation,
+            "vllm_dual_fast_apt_unmet": apt_unmet,
             "vllm_dual_fast_newest_kernel": newest_kernel,
             "vllm_dual_fast_kernel_without_module": kernel_without_module,
             "vllm_dual_fast_module_not_published": module_not_published,

@@ -5,7 +5,7 @@ tests/integration/test_maintenance_filters.py."""
 
 import re
 
-MAINTENANCE_STATES = ("maintained", "maintenance-failed", "unchanged")
+MAINTENANCE_STATES = ("maintained", "maintenance-failed", "maintenance-waiting", "unchanged")
 _ACTION = re.compile(r"^(Inst|Remv|Purg) (\S+)(?: \[([^\]]+)\])?(?: \((\S+))?")
 _MENU_ID = re.compile(
     r"^\s*(submenu|menuentry) '((?:[^'\\]|\\.)*)'.*\$menuentry_id_option '([^']+)'"
@@ -27,6 +27,38 @@ def apt_simulation(stdout):
         else:
             remove.append(name)
     return {"install": install, "remove": remove}
+
+
+# What APT (2.6 here, 3.0.4 on the Ubuntu-shaped rig: tests/recorded/apt-unmet-*.txt) prints,
+# with exit status 100, when the packages asked for cannot be installed together.
+_CANNOT_INSTALL = "Some packages could not be installed."
+_UNMET_HEADING = "The following packages have unmet dependencies:"
+
+
+def apt_unmet(stdout):
+    """The dependencies `apt-get -s install ...` could not meet, one line each
+    ("pkg : Depends: dep ..."), or [] when APT could plan the install. Canonical publishes a
+    driver point release's user space before linux-restricted-modules is rebuilt for it: until
+    then, the user space and the module metas cannot be installed together."""
+    text = stdout or ""
+    if _CANNOT_INSTALL not in text:
+        return []
+    lines, package, inside = [], "", False
+    for line in text.splitlines():
+        if line.strip() == _UNMET_HEADING:
+            inside = True
+            continue
+        if not inside:
+            continue
+        if not line.startswith(" ") or not line.strip():
+            break
+        name, colon, rest = line.strip().partition(" : ")
+        if colon:
+            package, line = name, f"{name} : {rest}"
+        else:
+            line = f"{package} : {line.strip()}"
+        lines.append(" ".join(line.split()))
+    return lines or ["APT could not plan the install (no unmet dependency named)"]
 
 
 def _version_key(kernel):

@@ -244,6 +244,7 @@ def _maintenance_plan(tmp_path, apt):
         "_vllm_dual_fast_mnt_unfinished": [],
         "_vllm_dual_fast_mnt_dpkg": {"stdout": dpkg},
         "_vllm_dual_fast_mnt_marks": [["start", 0.0]],
+        "_vllm_dual_fast_mnt_apt_lines": [],
         "_vllm_dual_fast_mnt_before": {"kernel": "6.8.0-50-generic", "driver": "580.95.05"},
         "_vllm_dual_fast_driver_family": "ubuntu",
         "vllm_dual_fast_driver_source": "distro",

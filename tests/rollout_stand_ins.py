@@ -166,13 +166,18 @@ class Rollout:
         return {row["host"]: row["state"] for row in self.fleet["rows"]}
 
 
-def run_rollout(tmp_path, rigs, extra_vars=None, args=(), entry="rollout.yml"):
+def run_rollout(tmp_path, rigs, extra_vars=None, args=(), entry="rollout.yml", monitoring=None):
     """playbooks/rollout.yml (or `entry`, e.g. maintain.yml) over stand-in rigs: `rigs` a list
-    of names (local connection) or {name: host vars}, in group rig3090."""
+    of names (local connection) or {name: host vars}, in group rig3090; `monitoring` {name: host
+    vars} of group monitoring (local connection: its Alertmanager on this machine's loopback)."""
     if not isinstance(rigs, dict):
         rigs = {rig: {} for rig in rigs}
     hosts = {rig: {"ansible_connection": "local", **hostvars} for rig, hostvars in rigs.items()}
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"rig3090": {"hosts": hosts}}))
+    inventory = {"rig3090": {"hosts": hosts}}
+    if monitoring:
+        inventory["monitoring"] = {"hosts": {name: {"ansible_connection": "local", **hostvars}
+                                             for name, hostvars in monitoring.items()}}
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     playbook = write_playbook(
         tmp_path, [], {"vllm_dual_fast": stand_in_rig_role(tmp_path / "stages.log")}
     )

@@ -13,9 +13,11 @@ path. What each stand-in rig does is set per rig through extra variables:
   a failed preflight, before anything changes);
 - vdf_test_outcome {rig: {state, reason}}: the outcome a switch sets (default updated, r1 -> r2),
   with a failure after it when the state is rolled-back;
-- vdf_test_maintenance {rig: {state, reason}}: the maintenance result a maintenance run's switch
-  sets (default maintained, r1 serving), with a failure after it when maintenance-failed.
-Each stage a rig runs is logged (rig, stage, canary flag, the batch it switched in)."""
+- vdf_test_maintenance {rig: {state, reason, versions}}: the maintenance result a maintenance
+  run's switch sets (default maintained, r1 serving), with a failure after it when
+  maintenance-failed.
+Each stage a rig runs is logged (rig, stage, canary flag, the batch it switched in, the
+maintenance versions it was given)."""
 
 import json
 from pathlib import Path
@@ -81,6 +83,7 @@ def stand_in_rig_role(log):
                 "line": "{{ {'rig': inventory_hostname, 'stage': " + STAGE + ", "
                 "'stages': vllm_dual_fast_stages, "
                 "'canary': vllm_dual_fast_canary | default(none), "
+                "'versions': vllm_dual_fast_maintenance_versions | default(none), "
                 "'batch': _vdf_batch | default(none)} | to_json }}",
                 "create": True,
                 "mode": "0644",
@@ -123,7 +126,8 @@ def stand_in_rig_role(log):
                 # The role's one builder (files/schemas/maintenance.schema.json).
                 "vllm_dual_fast_maintenance": "{{ _vdf_test_mnt.state | default('maintained') "
                 "| vllm_dual_fast_maintenance_result(reason=_vdf_test_mnt.reason | default(''), "
-                "serving_release='r1', healthy=true) }}"
+                "serving_release='r1', healthy=true, versions=_vdf_test_mnt.versions "
+                "| default({})) }}"
             },
             "vars": {"_vdf_test_mnt": "{{ (vdf_test_maintenance | default({}))"
                                       ".get(inventory_hostname, {}) }}"},

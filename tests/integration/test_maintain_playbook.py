@@ -55,3 +55,33 @@ def test_an_action_the_rollout_does_not_know_is_refused_before_any_rig_is_touche
     assert run.result.returncode != 0, run.out
     assert "vdf_rollout_action is upgrade: it is release (the default) or maintenance." in run.out
     assert run.stages == {} and run.fleet is None
+
+
+CANARY_SET = {"linux-generic": "6.8.0.51.52",
+              "nvidia-utils-580-server": "580.105.08-0ubuntu0.24.04.1"}
+
+
+def given_versions(run):
+    return {rig: line["versions"] for rig, line in run.switched.items()}
+
+
+def test_the_batches_after_the_canary_install_the_versions_it_installed(tmp_path):
+    run = run_rollout(tmp_path, RIGS, {"vdf_test_maintenance": {
+        "rig-1": {"versions": CANARY_SET}, "rig-2": {"versions": {"other": "1"}}}},
+        entry="maintain.yml")
+    assert run.result.returncode == 0, run.out
+    # The canary plans its own candidates; every later rig is held to the canary's set.
+    assert given_versions(run) == {"rig-1": None, "rig-2": CANARY_SET, "rig-3": CANARY_SET}
+
+
+def test_a_canary_that_moved_nothing_proves_nothing_to_install(tmp_path):
+    run = run_rollout(tmp_path, RIGS, {"vdf_test_maintenance": {
+        "rig-1": {"state": "unchanged", "versions": {}}}}, entry="maintain.yml")
+    assert run.result.returncode == 0, run.out
+    assert given_versions(run) == {"rig-1": None, "rig-2": {}, "rig-3": {}}
+
+
+def test_a_release_rollout_gives_no_maintenance_versions(tmp_path):
+    run = run_rollout(tmp_path, RIGS)
+    assert run.result.returncode == 0, run.out
+    assert set(given_versions(run).values()) == {None}

@@ -307,3 +307,29 @@ def test_unmet_dependencies_are_named_one_per_line_as_either_apt_prints_them(apt
 def test_a_plan_apt_could_make_has_no_unmet_dependency():
     assert mnt.apt_unmet(APT_SIMULATION) == []
     assert mnt.apt_unmet("") == []
+
+
+# The real apt-get -s (2.6.1) asked for versions its indexes do not have.
+APT_VERSION_MISSING = """\
+E: Version '580.999-1' for 'nvidia-utils-580-server' was not found
+E: Version '1.2' for 'linux-generic' was not found
+"""
+
+
+def test_versions_the_archive_lacks_are_named_as_apt_prints_them():
+    assert mnt.apt_versions_missing(APT_VERSION_MISSING) == APT_VERSION_MISSING.splitlines()
+    assert mnt.apt_versions_missing("E: Unable to correct problems, you have held broken packages.") == []
+
+
+def test_the_canary_s_versions_pin_the_unit_and_leave_out_what_it_did_not_move():
+    unit = ["linux-generic", "linux-image-generic", "nvidia-utils-580-server"]
+    assert mnt.maintenance_install_args(unit) == unit
+    assert mnt.maintenance_install_args(unit, {"linux-generic": "6.8.0.51.52", "openssl": "3"}) == [
+        "linux-generic=6.8.0.51.52"]
+    assert mnt.maintenance_install_args(unit, {}) == []
+
+
+def test_a_plan_s_versions_are_what_it_installs():
+    assert mnt.plan_versions(mnt.apt_simulation(APT_SIMULATION)) == {
+        "linux-image-6.8.0-51-generic": "6.8.0-51.52",
+        "nvidia-utils-580-server": "580.105.08-0ubuntu0.24.04.1"}

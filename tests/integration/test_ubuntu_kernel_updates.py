@@ -223,7 +223,7 @@ def test_the_role_stops_before_a_driver_install_that_would_boot_a_kernel_without
         assert ("mokutil --import" in out) == (secure_boot == "enabled"), out
 
 
-def _maintenance_plan(tmp_path, apt):
+def _maintenance_plan(tmp_path, apt, versions=None):
     """maintain.yml's plan phase (APT's plan, what it means, the record of a run that changes
     nothing, and the stop of a failed one), run by ansible-playbook against the fake root."""
     tasks = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain.yml").read_text())
@@ -238,9 +238,11 @@ def _maintenance_plan(tmp_path, apt):
     play = [{"name": "Maintenance plan", "hosts": "localhost", "gather_facts": False,
              "environment": {"APT_CONFIG": str(apt.config)}, "tasks": [*plan[:-1], keep, plan[-1]]}]
     dpkg = "".join(f"install ok installed {name}\n" for name in apt.installed())
+    unit = drv.maintenance_upgrade_packages("ubuntu", "distro", BRANCH, apt.installed(), FLAVOUR)
     result, out = run_playbook(tmp_path, play, {
-        "_vllm_dual_fast_mnt_packages": drv.maintenance_upgrade_packages(
-            "ubuntu", "distro", BRANCH, apt.installed(), FLAVOUR),
+        "_vllm_dual_fast_mnt_packages": unit,
+        # maintain.yml's one line for it: the unit, or what the canary installed of it.
+        "_vllm_dual_fast_mnt_install": mnt.maintenance_install_args(unit, versions),
         "_vllm_dual_fast_mnt_unfinished": [],
         "_vllm_dual_fast_mnt_dpkg": {"stdout": dpkg},
         "_vllm_dual_fast_mnt_marks": [["start", 0.0]],
@@ -283,3 +285,53 @@ def test_a_plan_apt_can_make_is_left_to_the_upgrade(tmp_path, archive):
     result, out, found = _maintenance_plan(tmp_path, fixed)
     assert result.returncode == 0, out
     assert found == {}, found     # no result yet: maintain_apply.yml makes it
+
+
+def _canary_versions(tmp_path, archive, snapshot):
+    """What a canary on `snapshot` installs of the unit (its plan's versions, as maintain_apply.yml
+    records them in the result)."""
+    canary = provisioned_rig(tmp_path / "canary", archive)
+    canary = AptRoot(tmp_path / "canary/root", archive, ["noble", "noble-updates"],
+                     snapshot=snapshot)
+    unit = drv.maintenance_upgrade_packages("ubuntu", "distro", BRANCH, canary.installed(), FLAVOUR)
+    plan = mnt.apt_simulation(canary.apt("-s", "--allow-change-held-packages", "install",
+                                         "--no-install-recommends", *unit))
+    return mnt.plan_versions(plan)
+
+
+def test_a_later_batch_on_the_same_archive_installs_exactly_what_the_canary_did(
+        tmp_path, archive):
+    versions = _canary_versions(tmp_path, archive, "fixed")
+    assert versions["linux-modules-nvidia-580-server-generic"] == "6.8.0-51.52+2"
+    rig = provisioned_rig(tmp_path / "rig", archive)
+    rig = AptRoot(tmp_path / "rig/root", archive, ["noble", "noble-updates"], snapshot="fixed")
+    unit = drv.maintenance_upgrade_packages("ubuntu", "distro", BRANCH, rig.installed(), FLAVOUR)
+    args = mnt.maintenance_install_args(unit, versions)
+    assert args and all("=" in arg for arg in args)
+    plan = mnt.apt_simulation(rig.apt("-s", "--allow-change-held-packages", "install",
+                                      "--no-install-recommends", *args))
+    assert mnt.plan_versions(plan) == versions
+
+
+# Canonical's indexes carry one version of a package per suite: once the archive moved on, the
+# canary's versions are gone from it.
+@pytest.mark.parametrize(("canary_on", "rig_on", "missing"), [
+    # ABI 2's module republished (+2): +1, which the canary took, is no longer installable.
+    ("updates", "fixed",
+     "E: Version '6.8.0-51.52+1' for 'linux-modules-nvidia-580-server-generic' was not found"),
+    # ABI 3 published without its module: on its own candidates the rig would be refused (the
+    # next kernel without GPUs); held to the canary's set it waits for the archive.
+    ("fixed", "ahead", "E: Version '6.8.0.51.52' for 'linux-generic' was not found"),
+])
+def test_a_later_batch_whose_archive_moved_on_waits_rather_than_take_untried_versions(
+        tmp_path, archive, canary_on, rig_on, missing):
+    versions = _canary_versions(tmp_path, archive, canary_on)
+    rig = provisioned_rig(tmp_path / "rig", archive)
+    rig = AptRoot(tmp_path / "rig/root", archive, ["noble", "noble-updates"], snapshot=rig_on)
+    before = rig.status.read_text()
+    result, out, found = _maintenance_plan(tmp_path, rig, versions)
+    assert result.returncode == 0, out
+    jsonschema.validate(found, SCHEMA)
+    assert found["state"] == "maintenance-waiting", found
+    assert missing in found["apt_lines"], found
+    assert rig.status.read_text() == before

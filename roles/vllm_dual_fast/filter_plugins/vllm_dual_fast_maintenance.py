@@ -18,13 +18,16 @@ if _UTILS not in ansible.module_utils.__path__:
 from ansible.module_utils.vllm_dual_fast_domain.maintenance import (  # noqa: E402
     apt_simulation,
     apt_unmet,
+    apt_versions_missing,
     grub_entry,
     kernel_without_module,
+    maintenance_install_args,
     maintenance_result,
     maintenance_verdict,
     module_file_for,
     module_not_published,
     newest_kernel,
+    plan_versions,
 )
 
 
@@ -34,6 +37,9 @@ class FilterModule:
         return {
             "vllm_dual_fast_apt_simulation": apt_simulation,
             "vllm_dual_fast_apt_unmet": apt_unmet,
+            "vllm_dual_fast_apt_versions_missing": apt_versions_missing,
+            "vllm_dual_fast_plan_versions": plan_versions,
+            "vllm_dual_fast_maintenance_install_args": maintenance_install_args,
             "vllm_dual_fast_newest_kernel": newest_kernel,
             "vllm_dual_fast_kernel_without_module": kernel_without_module,
             "vllm_dual_fast_module_not_published": module_not_published,

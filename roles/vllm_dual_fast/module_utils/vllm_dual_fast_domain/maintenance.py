@@ -61,6 +61,31 @@ def apt_unmet(stdout):
     return lines or ["APT could not plan the install (no unmet dependency named)"]
 
 
+_VERSION_MISSING = re.compile(r"^E: Version '[^']+' for '[^']+' was not found$")
+
+
+def apt_versions_missing(stderr):
+    """APT's lines for a `name=version` this rig's archive does not have (yet: a mirror that lags,
+    a phased update): the fleet installs what the canary proved, and waits for it here."""
+    return [line.strip() for line in (stderr or "").splitlines()
+            if _VERSION_MISSING.match(line.strip())]
+
+
+def plan_versions(plan):
+    """{name: version} of what apt_simulation's plan installs: the exact set a canary proved."""
+    return {item["name"]: item["to"] for item in (plan or {}).get("install", []) if item.get("to")}
+
+
+def maintenance_install_args(unit, versions=None):
+    """What the maintenance run asks APT to install: the unit's names as they are (each rig's
+    candidates: a canary, a single rig), or, given the versions a canary installed, `name=version`
+    for each unit package the canary moved and nothing else (later batches install what the
+    canary proved, not their candidate of the moment: phased updates, a mirror that lags)."""
+    if versions is None:
+        return list(unit)
+    return [f"{name}={versions[name]}" for name in unit if name in versions]
+
+
 def _version_key(kernel):
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", kernel) if part]
 
@@ -134,7 +159,8 @@ def phase_durations(marks):
 
 def maintenance_result(state, reason="", kernel_before="", kernel_after="", driver_before="",
                        driver_after="", packages=None, apt_lines=None, kernel_log=None,
-                       fell_back=False, marks=None, serving_release="", healthy=None):
+                       fell_back=False, marks=None, serving_release="", healthy=None,
+                       versions=None):
     """What one maintenance run did to a rig (files/schemas/maintenance.schema.json): the one
     builder of `vllm_dual_fast_maintenance` and of maintenance.json on the rig. `healthy` is
     None when the run checked nothing (unchanged, or no release served before), else whether the
@@ -149,6 +175,7 @@ def maintenance_result(state, reason="", kernel_before="", kernel_after="", driv
         "driver_before": str(driver_before or ""),
         "driver_after": str(driver_after or ""),
         "packages": sorted(str(p) for p in (packages or [])),
+        "versions": {str(k): str(v) for k, v in sorted((versions or {}).items())},
         "fell_back_to_previous_kernel": bool(fell_back),
         "apt_lines": _tail(apt_lines),
         "kernel_log": _tail(kernel_log),
@@ -164,14 +191,14 @@ def maintenance_verdict(evidence):
     """The result of a maintenance run that upgraded (maintain_apply.yml's one call), from:
     kernel_before, driver_before, next_kernel (what GRUB boots by default after the upgrade),
     kernel_after, driver_after ('' when the GPUs do not answer), satisfied (the driver answers
-    and is new enough), gpu_lost (the driver loaded but cannot reach a GPU: one fell off the bus,
-    Xid 79), apt_failed, apt_lines, smi_lines (what nvidia-smi said), failed_boot_lines (the
-    NVRM lines of the boot the run fell back from), fell_back,
-    packages, marks (phase_durations' input), serving_release (the release serving again, ''
-    when none was or it could not start), was_serving (a release served before the run: without
-    one, health is none, not failed), health_failure (why it failed health afterwards, '' when it
-    passed or nothing serves). `maintained` only when APT finished, the GPUs answer on the new
-    kernel and what serves passes health."""
+    and is new enough), gpu_lost (the driver loaded but cannot reach a GPU: one fell off the
+    bus, Xid 79), apt_failed, apt_lines, smi_lines (what nvidia-smi said), failed_boot_lines
+    (the NVRM lines of the boot the run fell back from), fell_back, packages, versions ({name:
+    version} APT installed), marks (phase_durations' input), serving_release (the release
+    serving again, '' when none was or it could not start), was_serving (a release served before
+    the run: without one, health is none, not failed), health_failure (why it failed health
+    afterwards, '' when it passed or nothing serves). `maintained` only when APT finished, the
+    GPUs answer on the new kernel and what serves passes health."""
     ev = evidence or {}
     release = ev.get("serving_release") or ""
     healthy = bool(release) and not ev.get("health_failure")
@@ -213,4 +240,4 @@ def maintenance_verdict(evidence):
         kernel_log=[] if state == "maintained" else [
             *(ev.get("smi_lines") or []), *(ev.get("failed_boot_lines") or [])],
         fell_back=ev.get("fell_back"), marks=ev.get("marks"), serving_release=release,
-        healthy=healthy)
+        healthy=healthy, versions=ev.get("versions"))

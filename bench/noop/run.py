@@ -122,7 +122,7 @@ def main() -> int:
         unchanged = []
         for n in range(args.runs):
             run = timed_site(env, logs / f"unchanged-{n + 1}.log")
-            run["same_engine"] = engine_identity() == engine
+            run["same_engine"] = bool(engine) and engine_identity() == engine
             unchanged.append(run)
             print(f"bench/noop: unchanged run {n + 1}: {run['wall_s']} s, {run['tasks']} tasks, "
                   f"changed={run['recap'].get('changed')}, same engine {run['same_engine']}",

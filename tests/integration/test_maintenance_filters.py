@@ -333,3 +333,13 @@ def test_a_plan_s_versions_are_what_it_installs():
     assert mnt.plan_versions(mnt.apt_simulation(APT_SIMULATION)) == {
         "linux-image-6.8.0-51-generic": "6.8.0-51.52",
         "nvidia-utils-580-server": "580.105.08-0ubuntu0.24.04.1"}
+
+
+def test_a_next_kernel_is_judged_by_the_installed_variant_s_module():
+    plan = {"install": [{"name": "linux-image-6.8.0-51-generic", "from": "", "to": "6.8.0-51.52"},
+                        {"name": "linux-modules-nvidia-580-server-open-6.8.0-51-generic",
+                         "from": "", "to": "6.8.0-51.52+1"}], "remove": []}
+    assert mnt.kernel_without_module(plan, [], 580, "-server-open") == ""
+    assert mnt.kernel_without_module(plan, [], 580) == "6.8.0-51-generic"
+    assert "linux-modules-nvidia-580-open-6.8.0-52-generic" in mnt.module_not_published(
+        "6.8.0-52-generic", 580, "-open")

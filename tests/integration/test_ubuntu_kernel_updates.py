@@ -199,6 +199,7 @@ def _driver_ubuntu_check(tmp_path, apt, secure_boot):
              "environment": {"APT_CONFIG": str(apt.config)}, "tasks": [facts, *check]}]
     return run_playbook(tmp_path, play, {
         "_vllm_dual_fast_driver_packages": drv.ubuntu_driver_packages(BRANCH, FLAVOUR),
+        "_vllm_dual_fast_driver_variant": "-server",
         "vllm_dual_fast_driver_branch": int(BRANCH),
         "_vllm_dual_fast_secure_boot": secure_boot,
     })

@@ -686,3 +686,44 @@ def test_a_maintenance_run_moves_runc_and_containerd_only_where_the_role_install
     assert [name for name in by_role if name not in owners] == runtime
     assert "nvidia-container-toolkit" in owners and "docker.io" not in by_role
 
+
+
+# The four variants of a branch as `ubuntu-drivers list --gpgpu` names them on noble
+# ("nvidia-driver-580-server-open, (kernel modules provided by
+# linux-modules-nvidia-580-server-open-generic)", and -580-server, -580-open, -580).
+@pytest.mark.parametrize(("variant", "headless", "utils", "module"), [
+    ("-server", "nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server",
+     "linux-modules-nvidia-580-server-generic"),
+    ("-server-open", "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
+     "linux-modules-nvidia-580-server-open-generic"),
+    ("-open", "nvidia-headless-no-dkms-580-open", "nvidia-utils-580",
+     "linux-modules-nvidia-580-open-generic"),
+    ("", "nvidia-headless-no-dkms-580", "nvidia-utils-580", "linux-modules-nvidia-580-generic"),
+])
+def test_the_installed_variant_is_what_is_held_and_maintained(variant, headless, utils, module):
+    """A rig ubuntu-drivers installed (-server-open from 580 on) is held and upgraded by the
+    names it has: with -server names alone the role held only its kernel metas and every
+    maintenance run failed."""
+    installed = ["linux-generic", "linux-image-generic", "linux-headers-generic", headless, utils,
+                 module, "nvidia-kernel-common-580" + ("-server" if "server" in variant else "")]
+    assert drv.ubuntu_driver_variant(installed, 580) == variant
+    unit = ["linux-generic", "linux-image-generic", "linux-headers-generic", module, headless,
+            utils]
+    assert drv.driver_hold_packages("ubuntu", "distro", 580, installed, "generic") == unit
+    assert drv.maintenance_upgrade_packages("ubuntu", "distro", 580, installed, "generic") == unit
+
+
+def test_a_rig_without_the_branch_installed_gets_the_roles_own_variant():
+    assert drv.ubuntu_driver_variant([], 580) == "-server"
+    assert drv.ubuntu_driver_variant(["nvidia-headless-no-dkms-570-open"], 580) == "-server"
+    assert drv.ubuntu_driver_variant(["linux-modules-nvidia-580-open-6.8.0-50-generic"], 580) == (
+        "-open")
+
+
+def test_a_driver_install_keeps_the_variant_the_rig_has():
+    assert drv.ubuntu_driver_packages(580, "generic") == [
+        "nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server",
+        "linux-modules-nvidia-580-server-generic"]
+    assert drv.ubuntu_driver_packages(580, "generic-hwe-24.04", "-server-open") == [
+        "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
+        "linux-modules-nvidia-580-server-open-generic-hwe-24.04"]

@@ -272,13 +272,15 @@ def ubuntu_kernel_flavour(kernel, packages, release=None):
     return found[-1] if found else base
 
 
-def ubuntu_driver_packages(branch, flavour):
+def ubuntu_driver_packages(branch, flavour, variant="-server"):
     """Canonical's compute-host set: user space without DKMS, and the signed module meta package
-    of the kernel flavour (it follows every kernel update of that flavour)."""
+    of the kernel flavour (it follows every kernel update of that flavour); of the variant a rig
+    already has (ubuntu_driver_variant), else the -server branch's proprietary modules."""
+    server = "-server" if variant.startswith("-server") else ""
     return [
-        f"nvidia-headless-no-dkms-{branch}-server",
-        f"nvidia-utils-{branch}-server",
-        f"linux-modules-nvidia-{branch}-server-{flavour}",
+        f"nvidia-headless-no-dkms-{branch}{variant}",
+        f"nvidia-utils-{branch}{server}",
+        f"linux-modules-nvidia-{branch}{variant}-{flavour}",
     ]
 
 
@@ -357,13 +359,16 @@ def secure_boot_refusal(family):
 # moves, all together.
 _USER_SPACE = {
     ("debian", "distro"): ["nvidia-driver", "libcuda1", "nvidia-smi", "nvidia-persistenced"],
+    # {v}: the variant installed (-server, -server-open, -open or none: ubuntu_driver_variant);
+    # the utilities are one package for a branch's open and proprietary modules ({s}: -server
+    # or none).
     ("ubuntu", "distro"): [
         "linux-{f}",
         "linux-image-{f}",
         "linux-headers-{f}",
-        "linux-modules-nvidia-{b}-server-{f}",
-        "nvidia-headless-no-dkms-{b}-server",
-        "nvidia-utils-{b}-server",
+        "linux-modules-nvidia-{b}{v}-{f}",
+        "nvidia-headless-no-dkms-{b}{v}",
+        "nvidia-utils-{b}{s}",
     ],
     # NVIDIA's repository: Debian-style names on Debian, branch-suffixed names on Ubuntu; the
     # apt preferences file keeps apt on the branch, the hold on the installed point release.
@@ -391,8 +396,32 @@ _KERNEL_FOLLOWING_HELD = re.compile(r"^(nvidia-kernel-dkms|linux-modules-nvidia-
 _MODULE_META = re.compile(r"^linux-modules-nvidia-\d+(?:-server)?(?:-open)?-(?P<flavour>[a-z].*)$")
 
 
+# Canonical's driver packages come in four variants of a branch (`ubuntu-drivers list --gpgpu`:
+# nvidia-driver-580-server, -580-server-open, -580-open, -580): the server branch or the desktop
+# one, each with NVIDIA's proprietary or open kernel modules. From 580 the open one is marked
+# preferred (XB-Prefer-Variant: Open), so `ubuntu-drivers --gpgpu` installs -server-open.
+_VARIANT = re.compile(r"^(?:nvidia-headless-no-dkms|nvidia-driver|linux-modules-nvidia)-(?P<b>\d+)"
+                      r"(?P<v>-server-open|-server|-open)?(?:-[a-z0-9].*)?$")
+_VARIANT_ORDER = ("-server", "-server-open", "-open", "")
+
+
+def ubuntu_driver_variant(installed, branch, default="-server"):
+    """The variant of the branch's driver installed: '-server', '-server-open', '-open' or ''
+    (from the headless, driver or module meta packages' names); `default` (the role's own
+    install: -server) when none is."""
+    found = set()
+    for name in installed or []:
+        match = _VARIANT.match(str(name))
+        if match and match["b"] == str(branch):
+            found.add(match["v"] or "")
+    return next((v for v in _VARIANT_ORDER if v in found), default)
+
+
 def _names(templates, branch, flavour, installed):
-    names = [name.format(b=branch, f=flavour or "generic") for name in templates]
+    variant = ubuntu_driver_variant(installed, branch)
+    server = "-server" if variant.startswith("-server") else ""
+    names = [name.format(b=branch, f=flavour or "generic", v=variant, s=server)
+             for name in templates]
     if installed is not None:
         names = [name for name in names if name in installed]
     return list(dict.fromkeys(names))
@@ -504,6 +533,7 @@ class FilterModule:
             "vllm_dual_fast_secure_boot_refusal": secure_boot_refusal,
             "vllm_dual_fast_driver_hold_packages": driver_hold_packages,
             "vllm_dual_fast_maintenance_upgrade_packages": maintenance_upgrade_packages,
+            "vllm_dual_fast_ubuntu_driver_variant": ubuntu_driver_variant,
             "vllm_dual_fast_kernel_following_holds": kernel_following_holds,
             "vllm_dual_fast_driver_hold_plan": driver_hold_plan,
         }

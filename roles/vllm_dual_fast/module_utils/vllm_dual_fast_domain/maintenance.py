@@ -98,10 +98,16 @@ def newest_kernel(vmlinuz):
     return max(kernels, key=_version_key) if kernels else ""
 
 
-def kernel_without_module(plan, installed, branch):
+def module_package(branch, kernel, variant="-server"):
+    """Canonical's signed NVIDIA module of one kernel: linux-modules-nvidia-<branch><variant>-
+    <kernel> (variant: -server, -server-open, -open or '')."""
+    return f"linux-modules-nvidia-{branch}{variant}-{kernel}"
+
+
+def kernel_without_module(plan, installed, branch, variant="-server"):
     """The kernel GRUB would boot once APT carried out `plan` (apt_simulation's) on a rig with
-    the `installed` package names, when Canonical's signed NVIDIA module of the -server branch
-    (linux-modules-nvidia-<branch>-server-<kernel>) would be missing for it; else "". Canonical
+    the `installed` package names, when Canonical's signed NVIDIA module of the branch's variant
+    (module_package) would be missing for it; else "". Canonical
     can publish a kernel before its module: ubuntu-drivers then installs nothing, or DKMS with
     --include-dkms (ubuntu-drivers-common's get_linux_modules_metapackage); the role stops and
     says why."""
@@ -109,14 +115,14 @@ def kernel_without_module(plan, installed, branch):
     names -= set((plan or {}).get("remove", []))
     kernels = [n.removeprefix("linux-image-") for n in names if re.match(r"linux-image-\d", n)]
     nxt = newest_kernel(kernels)
-    return nxt if nxt and f"linux-modules-nvidia-{branch}-server-{nxt}" not in names else ""
+    return nxt if nxt and module_package(branch, nxt, variant) not in names else ""
 
 
-def module_not_published(kernel, branch):
+def module_not_published(kernel, branch, variant="-server"):
     """Why the role takes no kernel `kernel` (kernel_without_module's) yet: the one sentence the
     driver install's refusal and the maintenance result both start with."""
     return (f"Kernel {kernel} boots next without its signed NVIDIA module: Canonical has not "
-            f"published linux-modules-nvidia-{branch}-server-{kernel} yet, so the driver would not "
+            f"published {module_package(branch, kernel, variant)} yet, so the driver would not "
             "load.")
 
 

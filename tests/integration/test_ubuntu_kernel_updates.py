@@ -224,7 +224,7 @@ def test_the_role_stops_before_a_driver_install_that_would_boot_a_kernel_without
         assert ("mokutil --import" in out) == (secure_boot == "enabled"), out
 
 
-def _maintenance_plan(tmp_path, apt, versions=None):
+def _maintenance_plan(tmp_path, apt, versions=None, unfinished=()):
     """maintain.yml's plan phase (APT's plan, what it means, the record of a run that changes
     nothing, and the stop of a failed one), run by ansible-playbook against the fake root."""
     tasks = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain.yml").read_text())
@@ -244,7 +244,7 @@ def _maintenance_plan(tmp_path, apt, versions=None):
         "_vllm_dual_fast_mnt_packages": unit,
         # maintain.yml's one line for it: the unit, or what the canary installed of it.
         "_vllm_dual_fast_mnt_install": mnt.maintenance_install_args(unit, versions),
-        "_vllm_dual_fast_mnt_unfinished": [],
+        "_vllm_dual_fast_mnt_unfinished": list(unfinished),
         "_vllm_dual_fast_mnt_dpkg": {"stdout": dpkg},
         "_vllm_dual_fast_mnt_marks": [["start", 0.0]],
         "_vllm_dual_fast_mnt_apt_lines": [],
@@ -336,3 +336,16 @@ def test_a_later_batch_whose_archive_moved_on_waits_rather_than_take_untried_ver
     assert found["state"] == "maintenance-waiting", found
     assert missing in found["apt_lines"], found
     assert rig.status.read_text() == before
+
+
+def test_held_to_a_canary_that_moved_nothing_a_rig_is_left_unchanged(tmp_path, archive):
+    """A later batch given an empty set (its canary installed nothing) asks APT for nothing: not
+    even a unit package an earlier run left unfinished starts a reboot there."""
+    rig = provisioned_rig(tmp_path, archive)
+    rig = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot="fixed")
+    result, out, found = _maintenance_plan(tmp_path, rig, versions={},
+                                           unfinished=["nvidia-utils-580-server"])
+    assert result.returncode == 0, out
+    jsonschema.validate(found, SCHEMA)
+    assert found["state"] == "unchanged", found
+

@@ -343,3 +343,21 @@ def test_a_next_kernel_is_judged_by_the_installed_variant_s_module():
     assert mnt.kernel_without_module(plan, [], 580) == "6.8.0-51-generic"
     assert "linux-modules-nvidia-580-open-6.8.0-52-generic" in mnt.module_not_published(
         "6.8.0-52-generic", 580, "-open")
+
+
+def test_a_branch_moved_on_by_its_transitional_packages_keeps_its_module():
+    """At a branch's end of life Canonical's old metas depend on the next branch's packages
+    (nvidia-driver-590 on nvidia-driver-595, as the archive shows): the next kernel's module
+    arrives under the new number, and is the module; another variant's is not."""
+    plan = {"install": [{"name": "linux-image-6.8.0-51-generic", "from": "", "to": "6.8.0-51.52"},
+                        {"name": "linux-modules-nvidia-595-server-6.8.0-51-generic",
+                         "from": "", "to": "6.8.0-51.52+1"}], "remove": []}
+    assert mnt.kernel_without_module(plan, [], 580) == ""
+    assert mnt.kernel_without_module(plan, [], 580, "-server-open") == "6.8.0-51-generic"
+
+
+def test_an_older_branch_s_module_is_not_the_next_kernel_s_module():
+    plan = {"install": [{"name": "linux-image-6.8.0-51-generic", "from": "", "to": "6.8.0-51.52"},
+                        {"name": "linux-modules-nvidia-570-server-6.8.0-51-generic",
+                         "from": "", "to": "6.8.0-51.52+1"}], "remove": []}
+    assert mnt.kernel_without_module(plan, [], 580) == "6.8.0-51-generic"

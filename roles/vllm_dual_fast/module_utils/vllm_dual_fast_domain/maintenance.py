@@ -115,7 +115,14 @@ def kernel_without_module(plan, installed, branch, variant="-server"):
     names -= set((plan or {}).get("remove", []))
     kernels = [n.removeprefix("linux-image-") for n in names if re.match(r"linux-image-\d", n)]
     nxt = newest_kernel(kernels)
-    return nxt if nxt and module_package(branch, nxt, variant) not in names else ""
+    # A branch at its end of life moves on through Canonical's transitional packages (the old
+    # branch's metas depend on the next branch's): the module may come under a later branch's
+    # number, of the same variant (never an older branch's: its module would not match the
+    # user space).
+    later = re.compile(r"^linux-modules-nvidia-(\d+)" + re.escape(f"{variant}-{nxt}") + "$")
+    has_module = nxt and any(match and int(match[1]) >= int(branch)
+                             for match in map(later.match, names))
+    return nxt if nxt and not has_module else ""
 
 
 def module_not_published(kernel, branch, variant="-server"):

@@ -1105,3 +1105,26 @@ def test_only_an_engine_the_role_installed_is_recorded_as_the_roles(tmp_path, in
     assert record.exists() is recorded
     if recorded:
         assert "installed_at" in json.loads(record.read_text())
+
+
+def test_holds_wait_for_dpkg_s_lock_as_apt_does(tmp_path):
+    """Another dpkg run (the nightly upgrades, a boot's apt-daily) holds dpkg's frontend lock
+    when the holds are set: the real dpkg refuses ("dpkg frontend lock was locked by ..."), and the
+    role waits for the lock instead of failing the run, here 4 s."""
+    import fcntl
+    import threading
+
+    admin, env = dpkg_world(tmp_path, DEBIAN_USER_SPACE, [])
+    fd = os.open(admin / "lock-frontend", os.O_RDWR | os.O_CREAT, 0o640)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    release = threading.Timer(4, lambda: (fcntl.lockf(fd, fcntl.LOCK_UN), os.close(fd)))
+    release.start()
+    try:
+        result, out = run_playbook(tmp_path, play(hold_tasks()), {
+            **HOLD_VARS, "vllm_dual_fast_driver_hold": True,
+            "_vllm_dual_fast_state_dir": str(tmp_path / "state")}, env=env)
+    finally:
+        release.join()
+    assert result.returncode == 0, out
+    assert "FAILED - RETRYING" in out, out
+    assert set(selections(admin).values()) == {"hold"}, out

@@ -727,3 +727,17 @@ def test_a_driver_install_keeps_the_variant_the_rig_has():
     assert drv.ubuntu_driver_packages(580, "generic-hwe-24.04", "-server-open") == [
         "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
         "linux-modules-nvidia-580-server-open-generic-hwe-24.04"]
+
+
+# What the real dpkg (1.21.22) printed to dpkg_selections while another process held its lock.
+DPKG_LOCKED = ("dpkg: error: dpkg frontend lock was locked by /usr/bin/python3 process with pid "
+               "18065\nNote: removing the lock file is always wrong, can damage the locked area\n")
+
+
+def test_only_a_held_dpkg_lock_is_waited_for():
+    assert drv.dpkg_locked({"failed": True, "msg": DPKG_LOCKED, "stderr": DPKG_LOCKED})
+    assert drv.dpkg_locked({"failed": True,
+                            "stderr": "dpkg frontend lock is locked by another process"})
+    assert not drv.dpkg_locked(
+        {"failed": True, "msg": "Failed to find package 'x' to perform selection 'hold'."})
+    assert not drv.dpkg_locked({"changed": True})

@@ -503,6 +503,16 @@ def driver_hold_plan(to_hold, hold, showhold, recorded):
     }
 
 
+def dpkg_locked(result):
+    """Whether a dpkg_selections result failed because another process holds dpkg's lock
+    ("dpkg frontend lock was locked by another process", "unable to lock the dpkg database"):
+    worth waiting for, unlike any other failure."""
+    text = " ".join(str((result or {}).get(key) or "") for key in ("msg", "stderr", "stdout"))
+    return bool(result and result.get("failed")) and bool(
+        re.search(r"lock(ed)? (was locked|by another process)|unable to lock|could not get lock",
+                  text, re.IGNORECASE))
+
+
 def reboot_decision(state):
     """What to do once the driver's packages are in place while the loaded driver is missing or
     too old: "none" when it already satisfies, "reboot" when allowed, else "pending" (nothing may
@@ -534,6 +544,7 @@ class FilterModule:
             "vllm_dual_fast_driver_hold_packages": driver_hold_packages,
             "vllm_dual_fast_maintenance_upgrade_packages": maintenance_upgrade_packages,
             "vllm_dual_fast_ubuntu_driver_variant": ubuntu_driver_variant,
+            "vllm_dual_fast_dpkg_locked": dpkg_locked,
             "vllm_dual_fast_kernel_following_holds": kernel_following_holds,
             "vllm_dual_fast_driver_hold_plan": driver_hold_plan,
         }

@@ -23,6 +23,8 @@ def machine(tmp_path):
         env[f"VDF_KERNEL_DOUBLE_{name.upper()}"] = str(tmp_path / name)
     (tmp_path / "os-release").write_text('NAME="Ubuntu"\nVERSION_ID="24.04"\n')
     env["VDF_KERNEL_DOUBLE_OS_RELEASE"] = str(tmp_path / "os-release")
+    (tmp_path / "default").mkdir()
+    env["VDF_KERNEL_DOUBLE_DEFAULT_GRUB"] = str(tmp_path / "default/grub")
     return tmp_path, env
 
 
@@ -33,8 +35,9 @@ def call(env, *args):
     return proc.stdout
 
 
-def install_kernel(root, kernel, module=None):
-    (root / "boot" / f"vmlinuz-{kernel}").write_text("TEST DOUBLE kernel\n")
+def install_kernel(root, kernel, module=None, panics=False):
+    (root / "boot" / f"vmlinuz-{kernel}").write_text(
+        "TEST DOUBLE kernel\n" + ("VDF-KERNEL-DOUBLE: panics at boot\n" if panics else ""))
     if module:
         ko = root / "modules" / kernel / "kernel/nvidia-580srv/nvidia.ko"
         ko.parent.mkdir(parents=True)
@@ -157,6 +160,89 @@ def test_the_new_boot_id_shows_only_once_the_module_is_loaded(machine):
     assert (root / "mounts").read_text().split() == [
         "--bind", str(root / "run/boot_id"), "/proc/sys/kernel/random/boot_id",
         "module=580.95.05"]
+
+
+def entry(kernel):
+    return f"gnulinux-advanced-{UUID}>gnulinux-{kernel}-advanced-{UUID}"
+
+
+def grubenv(root):
+    return dict(line.split("=", 1) for line in (root / "boot/grub/grubenv").read_text().splitlines()
+                if "=" in line)
+
+
+def test_a_drop_in_after_etc_default_grub_sets_the_default_and_the_command_line(machine):
+    """grub-mkconfig sources /etc/default/grub, then /etc/default/grub.d/*.cfg: a drop-in builds
+    on the owner's values, and GRUB_DEFAULT=saved boots grubenv's saved_entry."""
+    root, env = machine
+    (root / "default/grub").write_text(
+        'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet splash"\n')
+    (root / "default/grub.d").mkdir()
+    (root / "default/grub.d/99-rig.cfg").write_text(
+        'GRUB_DEFAULT=saved\nGRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT panic=10"\n'
+        "GRUB_RECORDFAIL_TIMEOUT=5\n")
+    install_kernel(root, "6.8.0-50-generic", "580.95.05")
+    install_kernel(root, "6.8.0-51-generic", "580.95.05")
+    call(env, "update-grub")
+    cfg = (root / "boot/grub/grub.cfg").read_text()
+    assert 'set default="${saved_entry}"' in cfg and "set timeout=5" in cfg
+    call(env, "grub-set-default", entry("6.8.0-50-generic"))
+    call(env, "boot")
+    assert booted(root) == ("6.8.0-50-generic", "580.95.05")      # not the newest: the saved one
+    assert (root / "run/cmdline").read_text().split()[-3:] == ["quiet", "splash", "panic=10"]
+    assert "recordfail" not in grubenv(root)      # the boot completed
+
+
+def test_a_trial_kernel_that_panics_reboots_into_the_saved_default_with_panic_set(machine):
+    root, env = machine
+    (root / "default/grub").write_text(
+        'GRUB_DEFAULT=saved\nGRUB_CMDLINE_LINUX_DEFAULT="panic=1"\nGRUB_RECORDFAIL_TIMEOUT=1\n')
+    install_kernel(root, "6.8.0-51-generic", "580.105.08")
+    install_kernel(root, "6.8.0-52-generic", "580.105.08", panics=True)
+    call(env, "update-grub")
+    call(env, "grub-set-default", entry("6.8.0-51-generic"))
+    call(env, "grub-reboot", entry("6.8.0-52-generic"))
+    call(env, "boot")
+    assert booted(root) == ("6.8.0-51-generic", "580.105.08")
+    log = (root / "log/boots.log").read_text().splitlines()
+    assert "kernel 6.8.0-52-generic panicked at boot" in log[0] and "panic=1" in log[0]
+    assert "kernel 6.8.0-51-generic" in log[1] and "recordfail" in log[1]
+    assert grubenv(root)["saved_entry"] == entry("6.8.0-51-generic")
+
+
+@pytest.mark.parametrize("settings", [
+    # no panic=: the panicked kernel never reboots
+    "GRUB_DEFAULT=saved\n",
+    # panic= set, but GRUB's default is the newest kernel, the one that panics: a boot loop
+    'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="panic=1"\nGRUB_RECORDFAIL_TIMEOUT=0\n',
+])
+def test_a_kernel_that_panics_without_panic_set_or_as_default_leaves_a_rig_hung(machine, settings):
+    root, env = machine
+    env = {**env, "VDF_KERNEL_DOUBLE_HANG_S": "0.2"}
+    (root / "default/grub").write_text(settings)
+    install_kernel(root, "6.8.0-51-generic", "580.105.08")
+    install_kernel(root, "6.8.0-52-generic", "580.105.08", panics=True)
+    call(env, "update-grub")
+    call(env, "grub-set-default", entry("6.8.0-51-generic"))
+    call(env, "grub-reboot", entry("6.8.0-52-generic"))
+    proc = subprocess.run([sys.executable, str(DOUBLE), "boot"], env=env, capture_output=True,
+                          text=True, timeout=30)
+    log = (root / "log/boots.log").read_text()
+    assert proc.returncode == 3, proc.stdout
+    assert "boot hung" in log and ("boot loop" in log) == ("panic=1" in settings)
+    assert not (root / "run/release").exists()
+
+
+def test_after_a_boot_that_never_completed_ubuntu_s_menu_waits_for_a_key_at_minus_1(machine):
+    root, env = machine
+    env = {**env, "VDF_KERNEL_DOUBLE_HANG_S": "0.2"}
+    (root / "default/grub").write_text("GRUB_RECORDFAIL_TIMEOUT=-1\n")
+    install_kernel(root, "6.8.0-51-generic", "580.105.08")
+    call(env, "update-grub")
+    (root / "boot/grub/grubenv").write_text("# GRUB Environment Block\nrecordfail=1\n")
+    proc = subprocess.run([sys.executable, str(DOUBLE), "boot"], env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 3 and "recordfail" in (root / "log/boots.log").read_text()
 
 
 def test_with_no_kernel_installed_the_host_s_kernel_shows(machine):

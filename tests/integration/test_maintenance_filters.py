@@ -259,6 +259,48 @@ def test_a_new_kernel_left_for_the_old_one_is_not_maintained_even_when_gpus_answ
     assert result["reason"].startswith("kernel 6.8.0-51-generic has no NVIDIA module")
 
 
+def test_a_trial_kernel_that_never_came_up_is_named_and_the_old_kernel_stays_the_default():
+    """Issue 45, item 2: the new kernel is booted once; one that panics or hangs comes back (panic=,
+    the watchdog) on GRUB's default, the kernel that ran before. Before, the verdict blamed a
+    missing module that was there."""
+    result = verdict(kernel_after="6.8.0-50-generic", fell_back=True, trial=True,
+                     kernel_first_boot="6.8.0-50-generic", boot_default="6.8.0-50-generic",
+                     serving_release="r3")
+    assert result["state"] == "maintenance-failed" and result["fell_back_to_previous_kernel"]
+    assert result["reason"].startswith(
+        "kernel 6.8.0-51-generic did not come up on its trial boot (a panic or a hang: the rig "
+        "rebooted by itself into GRUB's default) (back on the previous kernel 6.8.0-50-generic")
+    assert "has no NVIDIA module" not in result["reason"]
+    assert result["reason"].endswith("release r3 healthy)")
+    assert result["boot_default"] == "6.8.0-50-generic"
+
+
+def test_gpus_silent_on_a_trial_kernel_that_came_up_are_named_after_the_fallback():
+    result = verdict(kernel_after="6.8.0-50-generic", fell_back=True, trial=True,
+                     kernel_first_boot="6.8.0-51-generic", smi_lines=["No devices were found"])
+    assert result["reason"].startswith(
+        "the GPUs did not answer on kernel 6.8.0-51-generic: No devices were found")
+
+
+def test_a_trial_that_passed_makes_the_new_kernel_the_default():
+    result = verdict(trial=True, kernel_first_boot="6.8.0-51-generic",
+                     boot_default="6.8.0-51-generic", serving_release="r3")
+    assert result["state"] == "maintained" and result["boot_default"] == "6.8.0-51-generic"
+
+
+def test_the_new_kernel_becomes_the_default_only_after_health_passed():
+    """The promotion (grub-set-default) runs after the health check, and only when it passed."""
+    tasks = yaml.safe_load((ROLE / "tasks/maintain_apply.yml").read_text())
+    names = [t["name"] for t in tasks]
+    promote = names.index("Make the new kernel GRUB's default, its trial passed (grub-set-default)")
+    assert names.index("Check the health of the release serving again") < promote
+    assert "_vllm_dual_fast_mnt_health | length == 0" in tasks[promote]["when"]
+    trial = yaml.safe_load((ROLE / "tasks/boot_trial.yml").read_text())
+    steps = [t["name"] for t in trial]
+    assert steps.index("Keep the kernel running now as GRUB's default (grub-set-default)") < \
+        steps.index("Boot the new kernel once, on trial (grub-reboot)")
+
+
 def test_a_release_failing_health_afterwards_fails_the_maintenance():
     result = verdict(health_failure="smoke: 2 of 4 requests failed")
     assert result["state"] == "maintenance-failed"

@@ -155,6 +155,29 @@ def test_the_maintenance_upgrade_moves_kernel_module_and_user_space_together(tmp
     assert module_built_for(apt, "6.8.0-50-generic") == "580.105.08"
 
 
+def test_a_kernel_that_panics_installs_with_its_module_as_any_other(tmp_path, archive):
+    """The `panics` snapshot (issue 45, item 2): the next kernel's module is published and the
+    upgrade installs cleanly, so nothing before the reboot can tell; only its trial boot shows
+    it (the kernel double panics it, molecule/images/kernel-target)."""
+    apt = provisioned_rig(tmp_path, archive)
+    apt.set_suites(["noble", "noble-updates"])
+    rig = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot="panics")
+    plan = drv.maintenance_upgrade_packages("ubuntu", "distro", BRANCH, rig.installed(), FLAVOUR)
+    assert _gap(rig, plan) == ""
+    rig.hold(plan, held=False)
+    rig.run("install", *plan)
+    ok, why = gpus_answer_after_reboot(rig)
+    assert ok and next_boot(rig.installed())[0] == "6.8.0-52-generic", why
+
+    def vmlinuz(snapshot, kernel):
+        [deb] = (Path(archive) / snapshot).rglob(f"linux-image-{kernel}_*.deb")
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path / snapshot)], check=True)
+        return (tmp_path / snapshot / f"boot/vmlinuz-{kernel}").read_text()
+
+    assert "VDF-KERNEL-DOUBLE: panics at boot" in vmlinuz("panics", "6.8.0-52-generic")
+    assert "panics" not in vmlinuz("fixed", "6.8.0-51-generic")
+
+
 def _gap(apt, packages):
     """What the role's check says of installing `packages` now: APT's own plan, simulated past
     the holds, as maintain.yml asks it."""

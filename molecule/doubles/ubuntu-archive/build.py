@@ -206,11 +206,12 @@ def driver_packages(upstream, release, branch=BRANCH):
     ]
 
 
-def kernel_packages(abi, upload, meta_flavour=FLAVOUR, meta_suffix=""):
+def kernel_packages(abi, upload, meta_flavour=FLAVOUR, meta_suffix="", panics=False):
     """One kernel ABI of the flavour, and the flavour's meta packages pointing at it (the meta
     packages are what move a rig to the next ABI: each ABI is a new package name). An HWE
     kernel is a -generic kernel whose metas are named generic-hwe-<release> and versioned
-    <abi>.<upload>~<release>.1."""
+    <abi>.<upload>~<release>.1. A kernel that `panics` does so at boot on the rig's kernel
+    double (molecule/images/kernel-target), as a regression on one board can."""
     k = f"{abi}-{FLAVOUR}"
     version = f"{abi}.{upload}{meta_suffix}"
     meta = f"{abi.replace('-', '.')}.{upload}{meta_suffix}"
@@ -221,7 +222,8 @@ def kernel_packages(abi, upload, meta_flavour=FLAVOUR, meta_suffix=""):
             source="linux-signed",
             section="kernel",
             files={
-                f"/boot/vmlinuz-{k}": f"TEST DOUBLE kernel {k}\n",
+                f"/boot/vmlinuz-{k}": f"TEST DOUBLE kernel {k}\n"
+                + ("VDF-KERNEL-DOUBLE: panics at boot\n" if panics else ""),
                 f"/lib/modules/{k}/modules.order": "",
             },
             # As Ubuntu's kernel hooks (/etc/kernel/postinst.d/zz-update-grub) do.
@@ -357,7 +359,7 @@ def unrelated_package(release, update):
     )
 
 
-SNAPSHOTS = ("first", "updates", "broken", "fixed", "ahead", "skew")
+SNAPSHOTS = ("first", "updates", "broken", "fixed", "ahead", "skew", "panics")
 
 
 def archive(codename="noble", snapshot="updates"):
@@ -373,22 +375,25 @@ def archive(codename="noble", snapshot="updates"):
       skew     `first`, and in -updates point release 2's user space alone: its modules (for any
                ABI) are not published yet, so installing it with the module metas has unmet
                dependencies (the driver's sources are published before linux-restricted-modules
-               is rebuilt for them).
+               is rebuilt for them);
+      panics   `fixed` plus kernel ABI 3 with its NVIDIA module published, the flavour's metas
+               following it: a kernel that installs cleanly and panics at boot.
     -security stays empty (a Release file only)."""
     release, kernels, drivers = RELEASES[codename]
     (abi1, up1), (abi2, up2), (abi3, up3) = kernels
     first, second = drivers
-    respin = 2 if snapshot in ("fixed", "ahead") else 1
+    respin = 2 if snapshot in ("fixed", "ahead", "panics") else 1
     kernel = kernel_packages(abi2, up2)
-    if snapshot == "ahead":    # ABI 2's image and headers stay; the flavour's metas name ABI 3
+    if snapshot in ("ahead", "panics"):    # ABI 2's image and headers stay; the metas name ABI 3
         kernel = [p for p in kernel if p["name"].endswith(f"{abi2}-{FLAVOUR}")]
-        kernel += kernel_packages(abi3, up3)
+        kernel += kernel_packages(abi3, up3, panics=snapshot == "panics")
     updates = [
         *kernel,
         *driver_packages(second, release),
         *module_packages(abi1, up1, second, 2),
         *module_packages(abi2, up2, second, respin, broken=snapshot == "broken"),
-        module_meta(abi2, up2, second, respin),
+        *([*module_packages(abi3, up3, second, 1), module_meta(abi3, up3, second, 1)]
+          if snapshot == "panics" else [module_meta(abi2, up2, second, respin)]),
         *hwe_packages(codename, second),
         unrelated_package(release, 4),
     ]

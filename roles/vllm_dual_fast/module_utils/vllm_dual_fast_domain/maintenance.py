@@ -173,11 +173,12 @@ def phase_durations(marks):
 def maintenance_result(state, reason="", kernel_before="", kernel_after="", driver_before="",
                        driver_after="", packages=None, apt_lines=None, kernel_log=None,
                        fell_back=False, marks=None, serving_release="", healthy=None,
-                       versions=None):
+                       versions=None, boot_default=""):
     """What one maintenance run did to a rig (files/schemas/maintenance.schema.json): the one
     builder of `vllm_dual_fast_maintenance` and of maintenance.json on the rig. `healthy` is
     None when the run checked nothing (unchanged, or no release served before), else whether the
-    release serves healthy."""
+    release serves healthy. `boot_default` is the kernel GRUB boots by default after the run
+    ('' when the run did not set it)."""
     if state not in MAINTENANCE_STATES:
         raise ValueError(f"unknown maintenance state {state!r} ({', '.join(MAINTENANCE_STATES)})")
     return {
@@ -190,6 +191,7 @@ def maintenance_result(state, reason="", kernel_before="", kernel_after="", driv
         "packages": sorted(str(p) for p in (packages or [])),
         "versions": {str(k): str(v) for k, v in sorted((versions or {}).items())},
         "fell_back_to_previous_kernel": bool(fell_back),
+        "boot_default": str(boot_default or ""),
         "apt_lines": _tail(apt_lines),
         "kernel_log": _tail(kernel_log),
         "phases_s": phase_durations(marks),
@@ -210,8 +212,10 @@ def maintenance_verdict(evidence):
     version} APT installed), marks (phase_durations' input), serving_release (the release
     serving again, '' when none was or it could not start), was_serving (a release served before
     the run: without one, health is none, not failed), health_failure (why it failed health
-    afterwards, '' when it passed or nothing serves). `maintained` only when APT finished, the
-    GPUs answer on the new kernel and what serves passes health."""
+    afterwards, '' when it passed or nothing serves), trial (the new kernel was booted once,
+    GRUB's default staying the old one), kernel_first_boot (the kernel the first reboot came
+    up on), boot_default (the kernel GRUB boots by default now). `maintained` only when APT
+    finished, the GPUs answer on the new kernel and what serves passes health."""
     ev = evidence or {}
     release = ev.get("serving_release") or ""
     healthy = bool(release) and not ev.get("health_failure")
@@ -230,6 +234,13 @@ def maintenance_verdict(evidence):
                   f"new kernel was kept. nvidia-smi: {smi or 'nothing'}")
     elif not ev.get("satisfied"):
         reason = f"the GPUs did not answer on kernel {after}: {smi or 'nvidia-smi said nothing'}"
+    elif after != nxt and ev.get("trial") and ev.get("kernel_first_boot") != nxt:
+        # The one-time boot never reached userspace: panic= or the watchdog rebooted the rig,
+        # and GRUB booted its default, the kernel that served before.
+        reason = (f"kernel {nxt} did not come up on its trial boot (a panic or a hang: the rig "
+                  "rebooted by itself into GRUB's default)")
+    elif after != nxt and ev.get("kernel_first_boot") == nxt:
+        reason = f"the GPUs did not answer on kernel {nxt}: {smi or 'nvidia-smi said nothing'}"
     elif after != nxt:
         reason = f"kernel {nxt} has no NVIDIA module; the rig runs {after}"
     elif ev.get("health_failure"):
@@ -253,4 +264,4 @@ def maintenance_verdict(evidence):
         kernel_log=[] if state == "maintained" else [
             *(ev.get("smi_lines") or []), *(ev.get("failed_boot_lines") or [])],
         fell_back=ev.get("fell_back"), marks=ev.get("marks"), serving_release=release,
-        healthy=healthy, versions=ev.get("versions"))
+        healthy=healthy, versions=ev.get("versions"), boot_default=ev.get("boot_default"))

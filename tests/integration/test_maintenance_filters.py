@@ -301,6 +301,26 @@ def test_the_new_kernel_becomes_the_default_only_after_health_passed():
         steps.index("Boot the new kernel once, on trial (grub-reboot)")
 
 
+def test_a_kernel_that_keeps_its_module_needs_nothing_kept():
+    plan = {"install": [{"name": "nvidia-utils-580-server", "from": "1", "to": "2"},
+                        {"name": "linux-modules-nvidia-580-server-6.8.0-51-generic", "from": "",
+                         "to": "2"}], "remove": []}
+    assert mnt.fallback_packages(plan, ["nvidia-utils-580-server"], "6.8.0-50-generic") == []
+    taken = {**plan, "remove": ["linux-modules-nvidia-580-server-6.8.0-50-generic",
+                                "linux-image-6.8.0-40-generic"]}
+    assert mnt.fallback_packages(taken, ["nvidia-utils-580-server"], "6.8.0-50-generic") == [
+        "linux-modules-nvidia-580-server-6.8.0-50-generic", "nvidia-utils-580-server"]
+
+
+def test_a_driver_put_back_is_said_with_the_fallback():
+    result = verdict(apt_failed=True, apt_lines=["E: Sub-process returned 1"], fell_back=True,
+                     kernel_after="6.8.0-50-generic", driver_after="580.95.05",
+                     restored=["nvidia-utils-580-server"], serving_release="r3")
+    assert result["fallback_restored"] == ["nvidia-utils-580-server"]
+    assert ("(back on the previous kernel 6.8.0-50-generic, driver 580.95.05, put back from the "
+            "packages kept before the upgrade; release r3 healthy)") in result["reason"]
+
+
 def test_a_release_failing_health_afterwards_fails_the_maintenance():
     result = verdict(health_failure="smoke: 2 of 4 requests failed")
     assert result["state"] == "maintenance-failed"

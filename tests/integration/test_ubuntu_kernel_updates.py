@@ -150,9 +150,9 @@ def test_the_maintenance_upgrade_moves_kernel_module_and_user_space_together(tmp
     assert ok, why
     assert next_boot(apt.installed())[0] == "6.8.0-51-generic"
     assert apt.held() == before
-    # The previous kernel keeps a module for the new user space (Canonical's respin), so the
-    # fallback boot of a failed maintenance run still has GPUs.
-    assert module_built_for(apt, "6.8.0-50-generic") == "580.105.08"
+    # The previous kernel loses its module: Canonical built none of it for the new user space
+    # (the archive double publishes as it does), and its old one excludes the new driver.
+    assert "linux-modules-nvidia-580-server-6.8.0-50-generic" not in apt.installed()
 
 
 def test_a_kernel_that_panics_installs_with_its_module_as_any_other(tmp_path, archive):
@@ -176,6 +176,35 @@ def test_a_kernel_that_panics_installs_with_its_module_as_any_other(tmp_path, ar
 
     assert "VDF-KERNEL-DOUBLE: panics at boot" in vmlinuz("panics", "6.8.0-52-generic")
     assert "panics" not in vmlinuz("fixed", "6.8.0-51-generic")
+
+
+def test_the_kernel_running_now_gets_its_driver_back_from_what_the_run_kept(tmp_path, archive):
+    """Issue 45, item 1: the archive publishes as Canonical does (no module of the running ABI for
+    the new driver), so the upgrade removes the running kernel's module, the fallback's. The
+    run keeps what that kernel needs (fallback_packages, rebuilt by dpkg-repack on the rig: the
+    same control data as the versions in the release pocket used here), and putting them back
+    is one APT run that removes the new kernel's module and leaves the old kernel's driver whole.
+    """
+    apt = provisioned_rig(tmp_path, archive)
+    apt.set_suites(["noble", "noble-updates"])
+    unit = drv.maintenance_upgrade_packages("ubuntu", "distro", BRANCH, apt.installed(), FLAVOUR)
+    plan = mnt.apt_simulation(apt.apt("-s", "--allow-change-held-packages", "install",
+                                      "--no-install-recommends", *unit))
+    keep = mnt.fallback_packages(plan, apt.installed(), "6.8.0-50-generic")
+    assert "linux-modules-nvidia-580-server-6.8.0-50-generic" in keep, plan
+    assert {"nvidia-utils-580-server", "libnvidia-compute-580-server"} <= set(keep)
+    assert not [name for name in keep if re.match(r"linux-(image|headers)-\d", name)]
+    kept = {name: apt.installed()[name][0] for name in keep}
+    apt.hold(unit, held=False)
+    apt.run("install", "--no-install-recommends", *unit)
+    assert "linux-modules-nvidia-580-server-6.8.0-50-generic" not in apt.installed()
+
+    actions = apt.run("install", "--allow-downgrades", "--no-install-recommends",
+                      *(f"{name}={version}" for name, version in kept.items()))
+    assert ("Remv", "linux-modules-nvidia-580-server-6.8.0-51-generic") in {a[:2] for a in actions}
+    assert {name: apt.installed()[name][0] for name in keep} == kept
+    assert module_built_for(apt, "6.8.0-50-generic") == "580.95.05"
+    assert "linux-image-6.8.0-51-generic" in apt.installed()     # the kernel itself stays
 
 
 def _gap(apt, packages):

@@ -89,14 +89,18 @@ def nightly(apt):
 
 
 @needs_upgrader
-def test_without_the_guard_the_nightly_upgrade_takes_the_driver_behind_the_loaded_module(
+def test_without_the_guard_the_nightly_upgrade_takes_a_kernel_whose_module_it_cannot_take(
     tmp_path, archive
 ):
-    """The fault the guard is for, shown with the real upgrader: the libraries move under a
-    loaded module, the module for the running kernel too."""
+    """The fault the guard is for, shown with the real upgrader on an archive that publishes as
+    Canonical does (the running kernel's module is not rebuilt for the new driver): the kernel
+    metas move, so the next boot is the new kernel; its module comes only with the new driver,
+    which would remove the running kernel's module, and unattended-upgrades never removes a
+    package: the new kernel boots without an NVIDIA module."""
     upgraded, log = nightly(rig_after_a_point_release(tmp_path, archive, guard=False))
-    assert "libnvidia-compute-580-server" in upgraded, log
-    assert "linux-generic" in upgraded, log
+    assert "linux-generic" in upgraded and "linux-image-generic" in upgraded, log
+    assert "linux-modules-nvidia-580-server-generic" not in upgraded, log
+    assert "libnvidia-compute-580-server" not in upgraded, log
 
 
 @needs_upgrader

@@ -366,8 +366,9 @@ def archive(codename="noble", snapshot="updates"):
     """{suite: [package]} as published at one moment (one version per package and suite, as in
     Canonical's indexes):
       first    the release suite only: kernel ABI 1, driver point release 1 (a rig's install);
-      updates  -updates adds ABI 2 and point release 2, ABI 1's module respun for it (+2), and
-               the HWE kernel (HWE) with its module;
+      updates  -updates adds ABI 2 and point release 2 with ABI 2's module built for it (ABI
+               1's module is not rebuilt: it stays built for point release 1), and the HWE
+               kernel (HWE) with its module;
       broken   the same, but ABI 2's module fails in its postinst (a module that will not install);
       fixed    the same, with ABI 2's module and its meta published again (+2), installing;
       ahead    `fixed` plus kernel ABI 3 (the flavour's metas follow it) whose NVIDIA module is
@@ -390,7 +391,10 @@ def archive(codename="noble", snapshot="updates"):
     updates = [
         *kernel,
         *driver_packages(second, release),
-        *module_packages(abi1, up1, second, 2),
+        # No module of ABI 1 for point release 2: Canonical builds linux-restricted-modules for
+        # a new driver only for the kernels it publishes then, so the kernel a rig runs loses
+        # its module when user space moves (APT removes it: its kernel-common range excludes the
+        # new driver).
         *module_packages(abi2, up2, second, respin, broken=snapshot == "broken"),
         *([*module_packages(abi3, up3, second, 1), module_meta(abi3, up3, second, 1)]
           if snapshot == "panics" else [module_meta(abi2, up2, second, respin)]),

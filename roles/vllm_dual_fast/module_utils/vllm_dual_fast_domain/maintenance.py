@@ -125,6 +125,27 @@ def kernel_without_module(plan, installed, branch, variant="-server"):
     return nxt if nxt and not has_module else ""
 
 
+# The kernels themselves: the fallback boots the installed one, whatever the plan does to them.
+_KERNEL_ITSELF = re.compile(r"^linux-(image|headers|modules|modules-extra)-\d")
+# Canonical's per-kernel NVIDIA packages (linux-restricted-modules), of any branch and variant.
+_KERNEL_NVIDIA = re.compile(r"^linux-(modules|objects|signatures)-nvidia-")
+
+
+def fallback_packages(plan, installed, kernel):
+    """What the kernel running now (`kernel`) needs to drive its GPUs again after the upgrade,
+    when APT's `plan` (apt_simulation's) takes its NVIDIA module away: Canonical builds a new
+    driver's modules only for the kernels it publishes then, so the old kernel's module (built for
+    the old driver) goes when user space moves. Every `installed` package the plan removes or
+    upgrades, but the kernels themselves, sorted: kept as they are now (dpkg-repack) and put
+    back if the rig ends up on this kernel without GPUs. [] when the kernel keeps its module."""
+    removed = set((plan or {}).get("remove", []))
+    if not any(_KERNEL_NVIDIA.match(name) and name.endswith(f"-{kernel}") for name in removed):
+        return []
+    upgraded = {item["name"] for item in (plan or {}).get("install", [])
+                if item["name"] in set(installed or [])}
+    return sorted(name for name in removed | upgraded if not _KERNEL_ITSELF.match(name))
+
+
 def module_not_published(kernel, branch, variant="-server"):
     """Why the role takes no kernel `kernel` (kernel_without_module's) yet: the one sentence the
     driver install's refusal and the maintenance result both start with."""
@@ -173,12 +194,13 @@ def phase_durations(marks):
 def maintenance_result(state, reason="", kernel_before="", kernel_after="", driver_before="",
                        driver_after="", packages=None, apt_lines=None, kernel_log=None,
                        fell_back=False, marks=None, serving_release="", healthy=None,
-                       versions=None, boot_default=""):
+                       versions=None, boot_default="", restored=None):
     """What one maintenance run did to a rig (files/schemas/maintenance.schema.json): the one
     builder of `vllm_dual_fast_maintenance` and of maintenance.json on the rig. `healthy` is
     None when the run checked nothing (unchanged, or no release served before), else whether the
     release serves healthy. `boot_default` is the kernel GRUB boots by default after the run
-    ('' when the run did not set it)."""
+    ('' when the run did not set it); `restored` the packages put back at the versions kept
+    before the upgrade (fallback_packages)."""
     if state not in MAINTENANCE_STATES:
         raise ValueError(f"unknown maintenance state {state!r} ({', '.join(MAINTENANCE_STATES)})")
     return {
@@ -192,6 +214,7 @@ def maintenance_result(state, reason="", kernel_before="", kernel_after="", driv
         "versions": {str(k): str(v) for k, v in sorted((versions or {}).items())},
         "fell_back_to_previous_kernel": bool(fell_back),
         "boot_default": str(boot_default or ""),
+        "fallback_restored": sorted(str(p) for p in (restored or [])),
         "apt_lines": _tail(apt_lines),
         "kernel_log": _tail(kernel_log),
         "phases_s": phase_durations(marks),
@@ -214,7 +237,8 @@ def maintenance_verdict(evidence):
     the run: without one, health is none, not failed), health_failure (why it failed health
     afterwards, '' when it passed or nothing serves), trial (the new kernel was booted once,
     GRUB's default staying the old one), kernel_first_boot (the kernel the first reboot came
-    up on), boot_default (the kernel GRUB boots by default now). `maintained` only when APT
+    up on), boot_default (the kernel GRUB boots by default now), restored (the packages put back
+    for the previous kernel, fallback_packages). `maintained` only when APT
     finished, the GPUs answer on the new kernel and what serves passes health."""
     ev = evidence or {}
     release = ev.get("serving_release") or ""
@@ -255,7 +279,9 @@ def maintenance_verdict(evidence):
             serves = (f"release {release} {'healthy' if healthy else 'failing health'}"
                       if release else "no release running")
             driver = ev.get("driver_after")
-            reason += f" (back on the previous kernel {after}, driver {driver}; {serves})"
+            put_back = (", put back from the packages kept before the upgrade"
+                        if ev.get("restored") else "")
+            reason += f" (back on the previous kernel {after}, driver {driver}{put_back}; {serves})"
     return maintenance_result(
         state, reason=reason, kernel_before=ev.get("kernel_before"), kernel_after=after,
         driver_before=ev.get("driver_before"),
@@ -264,4 +290,5 @@ def maintenance_verdict(evidence):
         kernel_log=[] if state == "maintained" else [
             *(ev.get("smi_lines") or []), *(ev.get("failed_boot_lines") or [])],
         fell_back=ev.get("fell_back"), marks=ev.get("marks"), serving_release=release,
-        healthy=healthy, versions=ev.get("versions"), boot_default=ev.get("boot_default"))
+        healthy=healthy, versions=ev.get("versions"), boot_default=ev.get("boot_default"),
+        restored=ev.get("restored"))

@@ -229,6 +229,46 @@ def test_ctk_merges_and_keeps_keys(tmp_path):
     assert "default-runtime" not in json.loads(daemon.read_text())
 
 
+def smi_on_path(tmp_path, **config):
+    """PATH with the nvidia-smi double first, configured by `config`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(
+        f"#!/bin/sh\nexec {sys.executable} {SMI} \"$@\"\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    (tmp_path / "smi.json").write_text(json.dumps(config))
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "NVIDIA_SMI_DOUBLE_CONFIG": str(tmp_path / "smi.json"),
+            "NVIDIA_SMI_DOUBLE_STATE_DIR": str(tmp_path / "smi-state")}
+
+
+def test_ctk_links_every_possible_node_of_the_loaded_driver_in_dev_char(tmp_path):
+    """NVIDIA's fix for containers losing their GPUs at a systemd daemon-reload (runc's systemd
+    cgroup driver names devices by /dev/char/MAJOR:MINOR): one link per possible node."""
+    env = smi_on_path(tmp_path, gpu_count=2)
+    args = [sys.executable, str(CTK), "system", "create-dev-char-symlinks", "--create-all",
+            f"--dev-char-path={tmp_path / 'char'}"]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    links = {p.name: os.readlink(p) for p in (tmp_path / "char").iterdir()}
+    assert links == {"195:254": "/dev/nvidia-modeset", "195:255": "/dev/nvidiactl",
+                     "511:0": "/dev/nvidia-uvm", "511:1": "/dev/nvidia-uvm-tools",
+                     "195:0": "/dev/nvidia0", "195:1": "/dev/nvidia1"}
+    assert proc.stderr.count("Creating link") == 6
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=30)
+    assert again.returncode == 0 and again.stderr.count("Could not create symlink") == 6
+
+
+def test_ctk_refuses_to_link_without_a_loaded_driver(tmp_path):
+    env = smi_on_path(tmp_path, fault="no-driver")
+    proc = subprocess.run([sys.executable, str(CTK), "system", "create-dev-char-symlinks",
+                           "--create-all", f"--dev-char-path={tmp_path / 'char'}"],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "missing required device major nvidia-frontend" in proc.stderr
+    assert not (tmp_path / "char").exists()
+
+
 def test_ctk_is_idempotent(tmp_path):
     daemon = tmp_path / "daemon.json"
     existing = {"data-root": "/srv/docker", "runtimes": {"crun": {"path": "crun"}}}

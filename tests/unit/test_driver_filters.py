@@ -741,3 +741,13 @@ def test_only_a_held_dpkg_lock_is_waited_for():
     assert not drv.dpkg_locked(
         {"failed": True, "msg": "Failed to find package 'x' to perform selection 'hold'."})
     assert not drv.dpkg_locked({"changed": True})
+
+
+def test_a_selection_dpkg_never_read_for_its_lock_is_waited_for():
+    """make test's run of test_holds_wait_for_dpkg_s_lock_as_apt_does on a loaded machine: dpkg
+    exited at the lock before Ansible wrote the selection, and the module said only this."""
+    epipe = {"failed": True, "msg": "Error executing command.", "rc": 32, "stderr": "",
+             "stdout": "", "cmd": "/usr/bin/dpkg --set-selections"}
+    assert drv.dpkg_locked(epipe)
+    assert not drv.dpkg_locked({**epipe, "cmd": "/usr/bin/apt-mark hold x"})
+    assert not drv.dpkg_locked({**epipe, "rc": 2})

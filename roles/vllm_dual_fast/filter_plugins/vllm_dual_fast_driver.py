@@ -506,11 +506,16 @@ def driver_hold_plan(to_hold, hold, showhold, recorded):
 def dpkg_locked(result):
     """Whether a dpkg_selections result failed because another process holds dpkg's lock
     ("dpkg frontend lock was locked by another process", "unable to lock the dpkg database"):
-    worth waiting for, unlike any other failure."""
+    worth waiting for, unlike any other failure. dpkg --set-selections stops at the lock before
+    it reads its input: when it is gone before Ansible wrote the selection, run_command fails on
+    the write ("Error executing command.", rc 32: EPIPE) and never sees dpkg's message (make test, a
+    loaded machine); that is waited for too."""
     text = " ".join(str((result or {}).get(key) or "") for key in ("msg", "stderr", "stdout"))
-    return bool(result and result.get("failed")) and bool(
+    broken_pipe = ("--set-selections" in str((result or {}).get("cmd") or "")
+                   and (result or {}).get("rc") == 32)    # EPIPE: run_command's errno
+    return bool(result and result.get("failed")) and (broken_pipe or bool(
         re.search(r"lock(ed)? (was locked|by another process)|unable to lock|could not get lock",
-                  text, re.IGNORECASE))
+                  text, re.IGNORECASE)))
 
 
 def reboot_decision(state):

@@ -1110,14 +1110,28 @@ def test_only_an_engine_the_role_installed_is_recorded_as_the_roles(tmp_path, in
 def test_holds_wait_for_dpkg_s_lock_as_apt_does(tmp_path):
     """Another dpkg run (the nightly upgrades, a boot's apt-daily) holds dpkg's frontend lock
     when the holds are set: the real dpkg refuses ("dpkg frontend lock was locked by ..."), and the
-    role waits for the lock instead of failing the run, here 4 s."""
+    role waits for the lock instead of failing the run. The lock is let go 3 s after the role
+    recorded the holds it is about to set (the task before the holds), not after a fixed time:
+    on a loaded machine the play reached the holds after a 4 s timer had let go, and nothing was
+    waited for."""
     import fcntl
     import threading
+    import time
 
     admin, env = dpkg_world(tmp_path, DEBIAN_USER_SPACE, [])
     fd = os.open(admin / "lock-frontend", os.O_RDWR | os.O_CREAT, 0o640)
     fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    release = threading.Timer(4, lambda: (fcntl.lockf(fd, fcntl.LOCK_UN), os.close(fd)))
+    record = tmp_path / "state/driver-holds.json"
+
+    def let_go():
+        deadline = time.monotonic() + 120
+        while not record.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3)
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    release = threading.Thread(target=let_go)
     release.start()
     try:
         result, out = run_playbook(tmp_path, play(hold_tasks()), {

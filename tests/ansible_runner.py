@@ -55,3 +55,15 @@ def run_playbook(tmp_path, plays, extra_vars=None, env=None, args=(), inventory=
         cwd=tmp_path,
     )
     return result, result.stdout + result.stderr
+
+
+def render_role_template(tmp_path, template, extra_vars):
+    """The role's `templates/<template>` as ansible.builtin.template renders it on a rig, with
+    `extra_vars`: the rendered text."""
+    dest = tmp_path / Path(template).name.removesuffix(".j2")
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [{
+        "name": "Render the role's template", "ansible.builtin.template": {
+            "src": str(ROLE / "templates" / template), "dest": str(dest), "mode": "0644"}}]}]
+    result, out = run_playbook(tmp_path, play, extra_vars)
+    assert result.returncode == 0, out
+    return dest.read_text()

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_runner import ROLE, run_playbook
+from ansible_runner import render_role_template
 
 DOUBLE = Path(__file__).resolve().parents[2] / "molecule/images/kernel-target/vdf-kernel-double"
 GRUB = "etc/default/grub.d/99-vllm-dual-fast.cfg.j2"
@@ -19,15 +19,9 @@ WATCHDOG = "etc/systemd/system.conf.d/60-vllm-dual-fast-watchdog.conf.j2"
 
 
 def rendered(tmp_path, template, **variables):
-    dest = tmp_path / Path(template).name.removesuffix(".j2")
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [{
-        "name": "Render", "ansible.builtin.template": {
-            "src": str(ROLE / "templates" / template), "dest": str(dest), "mode": "0644"}}]}]
     defaults = {"vllm_dual_fast_boot_panic_reboot_s": 10, "vllm_dual_fast_boot_watchdog_s": 60,
                 "vllm_dual_fast_boot_menu_after_failure_s": 10}
-    result, out = run_playbook(tmp_path, play, {**defaults, **variables})
-    assert result.returncode == 0, out
-    return dest
+    return render_role_template(tmp_path, template, {**defaults, **variables})
 
 
 @pytest.mark.parametrize("name", ["Ubuntu", "Debian GNU/Linux"])
@@ -39,7 +33,7 @@ def test_the_drop_in_keeps_the_owner_s_command_line_and_adds_panic(tmp_path, nam
     (etc / "grub").write_text('GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\n'
                               'GRUB_CMDLINE_LINUX_DEFAULT="quiet splash"\n'
                               'GRUB_CMDLINE_LINUX="console=ttyS0"\n')
-    (etc / "grub.d/99-vllm-dual-fast.cfg").write_text(drop_in.read_text())
+    (etc / "grub.d/99-vllm-dual-fast.cfg").write_text(drop_in)
     env = {**os.environ, "VDF_KERNEL_DOUBLE_BIND_BOOT_ID": "0",
            "VDF_KERNEL_DOUBLE_DEFAULT_GRUB": str(etc / "grub")}
     for folder in ("boot", "run", "modules", "log"):
@@ -59,6 +53,6 @@ def test_the_drop_in_keeps_the_owner_s_command_line_and_adds_panic(tmp_path, nam
 
 def test_the_watchdog_drop_in_sets_systemd_s_runtime_watchdog(tmp_path):
     conf = configparser.ConfigParser()
-    conf.read_string(rendered(tmp_path, WATCHDOG, vllm_dual_fast_boot_watchdog_s=45).read_text())
+    conf.read_string(rendered(tmp_path, WATCHDOG, vllm_dual_fast_boot_watchdog_s=45))
     assert conf["Manager"]["RuntimeWatchdogSec"] == "45s"
     assert conf["Manager"]["RebootWatchdogSec"] == "10min"

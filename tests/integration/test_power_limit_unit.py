@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ansible_runner import ROLE, run_playbook
+from ansible_runner import render_role_template
 
 SMI = Path(__file__).parents[2] / "molecule/doubles/nvidia-smi-double"
 UNIT = "etc/systemd/system/vllm-dual-fast-power-limit.service.j2"
@@ -28,14 +28,8 @@ def double_env(tmp_path, **config):
 
 
 def rendered_unit(tmp_path, gpus, watts):
-    dest = tmp_path / "power-limit.service"
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [{
-        "name": "Render the unit", "ansible.builtin.template": {
-            "src": str(ROLE / "templates" / UNIT), "dest": str(dest), "mode": "0644"}}]}]
-    result, out = run_playbook(tmp_path, play, {"vllm_dual_fast_gpus": gpus,
-                                                "vllm_dual_fast_power_limit_watts": watts})
-    assert result.returncode == 0, out
-    return dest.read_text()
+    return render_role_template(tmp_path, UNIT, {"vllm_dual_fast_gpus": gpus,
+                                                 "vllm_dual_fast_power_limit_watts": watts})
 
 
 def run_exec_starts(unit, env):

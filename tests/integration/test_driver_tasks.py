@@ -355,7 +355,7 @@ def test_cuda_repo_preferences_lock_the_driver_branch_and_leave_other_nvidia_pac
         i
         for i, t in enumerate(role_tasks("driver_cuda_repo.yml"))
         if t.get("ansible.builtin.include_tasks") == "driver_install.yml"
-        and "cuda-drivers" in str(t["vars"]["_vllm_dual_fast_driver_install_packages"])
+        and "cuda_drivers_package" in str(t["vars"])
     )
     assert role_tasks("driver_cuda_repo.yml").index(pin_tasks[0]) < install, "pin before install"
     no_host_apt_paths(pin_tasks)
@@ -404,6 +404,62 @@ def test_cuda_repo_preferences_lock_the_driver_branch_and_leave_other_nvidia_pac
         "libnvidia-compute-580": "580.105.08-1",
         "nvidia-container-toolkit": "1.18.0-1",
     }, policy
+
+
+@needs_apt
+def test_from_branch_590_the_cuda_repo_install_names_what_nvidia_publishes_and_stays_on_it(
+    tmp_path,
+):
+    """Issue 45, item 3: from branch 590 NVIDIA's Ubuntu packages carry no branch in their names
+    and cuda-drivers-<branch> is gone (driver installation guide, "Ubuntu 590 and later
+    packages"): the install asks for cuda-drivers, which the preferences file keeps on 590 while
+    595 is published. Before: the install asked for cuda-drivers-590, which APT cannot locate."""
+    etc, _archive, _security, conf = apt_world(tmp_path, "noble", "535.261.03-1")
+    packages = "".join(
+        stanza(name, version).replace(
+            "Description:", f"Depends: libnvidia-compute (>= {version})\nDescription:"
+        ) if name == "cuda-drivers" else stanza(name, version)
+        for name in ("cuda-drivers", "libnvidia-compute", "nvidia-dkms")
+        for version in ("590.44.01-1", "595.58.03-1")
+    ) + stanza("cuda-drivers-580", "580.105.08-1")
+    cuda = cuda_repo_double(tmp_path, packages)
+    (etc / "sources.list.d/cuda.list").write_text(f"deb file:{cuda} ./\n")
+    tasks = role_tasks("driver_cuda_repo.yml")
+    pin = [t for t in tasks if "ansible.builtin.template" in t][0]
+    template = pin["ansible.builtin.template"]
+    template["src"] = str(ROLE / "templates" / template["src"])
+    install = next(
+        t for t in tasks if t.get("ansible.builtin.include_tasks") == "driver_install.yml"
+    )
+    names = tmp_path / "install.json"
+    show = {
+        "name": "Write what the install would ask APT for",
+        "ansible.builtin.copy": {
+            "content": "{{ _vllm_dual_fast_driver_install_packages | to_json }}",
+            "dest": str(names),
+            "mode": "0644",
+        },
+        "vars": {**install["vars"], "_kernel_packages": []},
+    }
+    result, out = run_playbook(
+        tmp_path,
+        play([pin, show]),
+        {"_vllm_dual_fast_apt_dir": str(etc), "vllm_dual_fast_driver_branch": 590},
+    )
+    assert result.returncode == 0, out
+    wanted = json.loads(names.read_text())
+    assert wanted == ["cuda-drivers"], wanted
+    apt_env = dict(os.environ, APT_CONFIG=str(conf))
+    subprocess.run(["apt-get", "update", "-q"], env=apt_env, check=True, capture_output=True,
+                   timeout=120)
+    simulated = subprocess.run(
+        ["apt-get", "-s", "install", *wanted], env=apt_env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )
+    assert simulated.returncode == 0, simulated.stdout + simulated.stderr
+    assert re.findall(r"^Inst (\S+) \((\S+)", simulated.stdout, re.M) == [
+        ("libnvidia-compute", "590.44.01-1"), ("cuda-drivers", "590.44.01-1")
+    ], simulated.stdout
 
 
 # --- an owner's own APT source of a repository the role would add -------------------------------

@@ -423,3 +423,27 @@ def test_an_older_branch_s_module_is_not_the_next_kernel_s_module():
                         {"name": "linux-modules-nvidia-570-server-6.8.0-51-generic",
                          "from": "", "to": "6.8.0-51.52+1"}], "remove": []}
     assert mnt.kernel_without_module(plan, [], 580) == "6.8.0-51-generic"
+
+
+def test_a_plan_that_brings_a_later_branch_names_it():
+    """Transitional packages (issue 45, item 3): the ended branch's names move to the next
+    branch's version, and the next branch's packages come in."""
+    plan = {"install": [
+        {"name": "nvidia-headless-no-dkms-580-server", "from": "580.95.05-0ubuntu0.24.04.1",
+         "to": "590.48.01-0ubuntu0.24.04.1"},
+        {"name": "nvidia-headless-no-dkms-590-server", "from": "", "to": "590.48.01-0ubuntu0.24.04.1"},
+        {"name": "linux-modules-nvidia-590-server-6.8.0-51-generic", "from": "", "to": "6.8.0-51.52+1"},
+    ], "remove": []}
+    assert mnt.branch_move(plan, 580) == 590
+    assert mnt.branch_move(plan, 590) == 0
+    # Only the version moved (the new names already installed): still a move.
+    assert mnt.branch_move({"install": plan["install"][:1]}, 580) == 590
+    # A point release of the branch, a kernel, the firmware named for a version: no move.
+    same = {"install": [
+        {"name": "nvidia-headless-no-dkms-580-server", "from": "580.95.05-0ubuntu0.24.04.1",
+         "to": "580.105.08-0ubuntu0.24.04.1"},
+        {"name": "nvidia-firmware-580-server-580.105.08", "from": "", "to": "580.105.08-0ubuntu0.24.04.1"},
+        {"name": "linux-image-6.8.0-51-generic", "from": "", "to": "6.8.0-51.52"}]}
+    assert mnt.branch_move(same, 580) == 0
+    assert mnt.branch_move({}, 580) == 0
+    assert "vllm_dual_fast_driver_branch: 590" in mnt.branch_end_of_life(580, 590)

@@ -276,7 +276,7 @@ def test_the_role_stops_before_a_driver_install_that_would_boot_a_kernel_without
         assert ("mokutil --import" in out) == (secure_boot == "enabled"), out
 
 
-def _maintenance_plan(tmp_path, apt, versions=None, unfinished=()):
+def _maintenance_plan(tmp_path, apt, versions=None, unfinished=(), branch=BRANCH):
     """maintain.yml's plan phase (APT's plan, what it means, the record of a run that changes
     nothing, and the stop of a failed one), run by ansible-playbook against the fake root."""
     tasks = yaml.safe_load((ROOT / "roles/vllm_dual_fast/tasks/maintain.yml").read_text())
@@ -291,7 +291,7 @@ def _maintenance_plan(tmp_path, apt, versions=None, unfinished=()):
     play = [{"name": "Maintenance plan", "hosts": "localhost", "gather_facts": False,
              "environment": {"APT_CONFIG": str(apt.config)}, "tasks": [*plan[:-1], keep, plan[-1]]}]
     dpkg = "".join(f"install ok installed {name}\n" for name in apt.installed())
-    unit = drv.maintenance_upgrade_packages("ubuntu", "distro", BRANCH, apt.installed(), FLAVOUR)
+    unit = drv.maintenance_upgrade_packages("ubuntu", "distro", branch, apt.installed(), FLAVOUR)
     result, out = run_playbook(tmp_path, play, {
         "_vllm_dual_fast_mnt_packages": unit,
         # maintain.yml's one line for it: the unit, or what the canary installed of it.
@@ -303,7 +303,7 @@ def _maintenance_plan(tmp_path, apt, versions=None, unfinished=()):
         "_vllm_dual_fast_mnt_before": {"kernel": "6.8.0-50-generic", "driver": "580.95.05"},
         "_vllm_dual_fast_driver_family": "ubuntu",
         "vllm_dual_fast_driver_source": "distro",
-        "vllm_dual_fast_driver_branch": int(BRANCH),
+        "vllm_dual_fast_driver_branch": int(branch),
         "_vllm_dual_fast_current_link": str(tmp_path / "no-release"),
     })
     found = json.loads(result_file.read_text()) if result_file.exists() else {}
@@ -329,6 +329,54 @@ def test_a_driver_published_before_its_modules_makes_the_run_wait_touching_nothi
     assert "nvidia-utils-580-server : Depends: nvidia-kernel-common-580-server-580.105.08" in (
         found["apt_lines"]), found
     assert skew.status.read_text() == before
+
+
+def test_a_branch_at_its_end_of_life_waits_for_the_owner_touching_nothing(tmp_path, archive):
+    """Issue 45, item 3: Canonical publishes an ended branch's packages again as transitional
+    ones depending on the next branch's (`eol`). Upgrading the held unit would move the rig to
+    branch 590 while the owner set 580: the run waits, naming the branch to set, and APT
+    changed nothing. Before: the plan went on to the upgrade (no result from the plan phase)."""
+    provisioned_rig(tmp_path, archive)
+    eol = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot="eol")
+    before = eol.status.read_text()
+    result, out, found = _maintenance_plan(tmp_path, eol)
+    assert result.returncode == 0, out
+    jsonschema.validate(found, SCHEMA)
+    assert found["state"] == "maintenance-waiting", found
+    assert found["reason"].startswith(
+        "Driver branch 580 reached its end of life: Canonical's transitional packages move it to "
+        "branch 590."), found
+    assert "vllm_dual_fast_driver_branch: 590" in found["reason"], found
+    assert eol.status.read_text() == before
+
+
+def test_a_raised_branch_moves_the_rig_with_its_variant_module_and_holds(tmp_path, archive):
+    """The owner sets branch 590 on that rig: the unit names the new branch's packages (of the
+    variant installed) besides the old ones, the plan phase lets the upgrade run, and after it
+    the next kernel boots 590's module with 590's user space; the holds cover both names."""
+    provisioned_rig(tmp_path, archive)
+    eol = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot="eol")
+    unit = drv.maintenance_upgrade_packages("ubuntu", "distro", 590, eol.installed(), FLAVOUR)
+    assert {"nvidia-headless-no-dkms-590-server", "nvidia-utils-590-server",
+            "linux-modules-nvidia-590-server-generic", "nvidia-headless-no-dkms-580-server"} <= set(
+        unit), unit
+    result, out, found = _maintenance_plan(tmp_path, eol, branch=590)
+    assert result.returncode == 0, out
+    assert found == {}, found      # no result yet: maintain_apply.yml makes it
+    eol.hold(unit, held=False)
+    eol.run("install", "--no-install-recommends", *unit)
+    installed = eol.installed()
+    assert "linux-modules-nvidia-590-server-6.8.0-51-generic" in installed
+    assert drv.upstream_version(installed["libnvidia-compute-590-server"][0]) == "590.48.01"
+    assert installed["nvidia-headless-no-dkms-580-server"][0].startswith("590.48.01-")
+    status = eol.status.read_text()
+    stanza = status.split("Package: linux-modules-nvidia-590-server-6.8.0-51-generic\n", 1)[1]
+    assert "nvidia-kernel-common-590-server (>= 590.48.01)" in stanza.split("\n\n", 1)[0]
+    assert mnt.kernel_without_module(
+        mnt.apt_simulation(eol.apt("-s", "install", *unit)), installed, 590) == ""
+    holds = drv.driver_hold_packages("ubuntu", "distro", 590, installed, flavour=FLAVOUR)
+    assert {"nvidia-headless-no-dkms-590-server", "nvidia-headless-no-dkms-580-server",
+            "linux-modules-nvidia-590-server-generic"} <= set(holds), holds
 
 
 def test_a_plan_apt_can_make_is_left_to_the_upgrade(tmp_path, archive):

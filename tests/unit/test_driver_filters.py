@@ -615,10 +615,12 @@ def test_hold_plan_releases_the_roles_hold_on_a_package_the_list_no_longer_has()
         drv.driver_hold_packages("ubuntu", "cuda_repo", 570),
         drv.driver_hold_packages("ubuntu", "cuda_repo", 580),
     )
+    # cuda-drivers and libnvidia-compute (NVIDIA's names from 590) are every branch's.
+    assert {"cuda-drivers", "libnvidia-compute"} == set(old) & set(new)
     plan = drv.driver_hold_plan(new, True, "\n".join(old + ["openssl"]), old)
-    assert plan["hold"] == new
-    assert plan["release"] == sorted(old)
-    assert plan["record_during"] == sorted(old + new)
+    assert plan["hold"] == [name for name in new if name not in old]
+    assert plan["release"] == sorted(set(old) - set(new))
+    assert plan["record_during"] == sorted(set(old) | set(new))
     assert plan["record_after"] == sorted(new)
 
 
@@ -715,7 +717,10 @@ def test_the_installed_variant_is_what_is_held_and_maintained(variant, headless,
 
 def test_a_rig_without_the_branch_installed_gets_the_roles_own_variant():
     assert drv.ubuntu_driver_variant([], 580) == "-server"
-    assert drv.ubuntu_driver_variant(["nvidia-headless-no-dkms-570-open"], 580) == "-server"
+    # An older branch's variant carries over (the move from it keeps the owner's modules); a
+    # later branch's does not.
+    assert drv.ubuntu_driver_variant(["nvidia-headless-no-dkms-570-open"], 580) == "-open"
+    assert drv.ubuntu_driver_variant(["nvidia-headless-no-dkms-590-open"], 580) == "-server"
     assert drv.ubuntu_driver_variant(["linux-modules-nvidia-580-open-6.8.0-50-generic"], 580) == (
         "-open")
 
@@ -751,3 +756,52 @@ def test_a_selection_dpkg_never_read_for_its_lock_is_waited_for():
     assert drv.dpkg_locked(epipe)
     assert not drv.dpkg_locked({**epipe, "cmd": "/usr/bin/apt-mark hold x"})
     assert not drv.dpkg_locked({**epipe, "rc": 2})
+
+
+# --- a branch move (issue 45, item 3) -----------------------------------------------------------
+
+
+def test_the_cuda_repo_meta_package_loses_its_branch_name_from_590():
+    assert drv.cuda_drivers_package(580) == "cuda-drivers-580"
+    assert drv.cuda_drivers_package("589") == "cuda-drivers-589"
+    assert drv.cuda_drivers_package(590) == "cuda-drivers"
+
+
+def test_installed_branches_come_from_the_headless_driver_and_module_meta_names():
+    installed = ["nvidia-headless-no-dkms-580-server", "linux-modules-nvidia-590-server-generic",
+                 "nvidia-utils-535-server", "nvidia-firmware-580-server-580.95.05"]
+    assert drv.installed_driver_branches(installed) == [580, 590]
+
+
+def test_a_branch_not_installed_yet_takes_the_variant_of_the_branch_it_leaves():
+    installed = ["nvidia-headless-no-dkms-580-server-open",
+                 "linux-modules-nvidia-580-server-open-generic"]
+    assert drv.ubuntu_driver_variant(installed, 590) == "-server-open"
+    # An older branch never gives its variant to one installed itself.
+    both = [*installed, "nvidia-headless-no-dkms-590-server"]
+    assert drv.ubuntu_driver_variant(both, 590) == "-server"
+    # A later branch installed is not the one being left.
+    assert drv.ubuntu_driver_variant(["nvidia-headless-no-dkms-595-open"], 590) == "-server"
+
+
+def test_a_raised_branch_puts_its_names_in_the_maintenance_unit_and_keeps_the_old_holds():
+    installed = ["linux-generic", "linux-image-generic", "linux-headers-generic",
+                 "nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server",
+                 "linux-modules-nvidia-580-server-generic"]
+    unit = drv.maintenance_upgrade_packages("ubuntu", "distro", 590, installed, "generic")
+    assert unit == ["linux-generic", "linux-image-generic", "linux-headers-generic",
+                    "linux-modules-nvidia-590-server-generic", "nvidia-headless-no-dkms-590-server",
+                    "nvidia-utils-590-server", "linux-modules-nvidia-580-server-generic",
+                    "nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server"]
+    # Until the move ran, the holds stay on what is installed, never on names to come.
+    assert drv.driver_hold_packages("ubuntu", "distro", 590, installed, "generic") == [
+        "linux-generic", "linux-image-generic", "linux-headers-generic",
+        "linux-modules-nvidia-580-server-generic", "nvidia-headless-no-dkms-580-server",
+        "nvidia-utils-580-server"]
+    # The branch set is installed: nothing else named; a lower setting never installs a lower one.
+    assert drv.maintenance_upgrade_packages("ubuntu", "distro", 580, installed, "generic") == [
+        "linux-generic", "linux-image-generic", "linux-headers-generic",
+        "linux-modules-nvidia-580-server-generic", "nvidia-headless-no-dkms-580-server",
+        "nvidia-utils-580-server"]
+    assert "nvidia-headless-no-dkms-570-server" not in drv.maintenance_upgrade_packages(
+        "ubuntu", "distro", 570, installed, "generic")

@@ -320,6 +320,30 @@ def module_meta(abi, upload, upstream, respin, branch=BRANCH, meta_flavour=FLAVO
     )
 
 
+# The packages of an ended branch that Canonical publishes again as transitional ones (the
+# next branch's debian/control: "Transitional package for nvidia-driver-515-server", Depends on
+# it alone, no version), and linux-restricted-modules' module meta ("dummy transitional
+# package", packages.ubuntu.com's linux-modules-nvidia-590-generic on
+# linux-modules-nvidia-595-generic).
+TRANSITIONAL = ("nvidia-driver", "nvidia-kernel-source", "nvidia-dkms", "nvidia-utils",
+                "libnvidia-compute", "nvidia-compute-utils", "nvidia-headless-no-dkms",
+                "nvidia-kernel-common", "libnvidia-cfg1")
+
+
+def transitional_packages(old_branch, new_branch, upstream, release, abi, upload):
+    """Branch `old_branch`'s -server names, built from `new_branch`'s source at `upstream`, each
+    depending on the same name of `new_branch`; its flavour's module meta likewise."""
+    old, new = f"{old_branch}-server", f"{new_branch}-server"
+    return [
+        *(_pkg(f"{name}-{old}", driver_version(upstream, release),
+               source=f"nvidia-graphics-drivers-{new}", depends=[f"{name}-{new}"])
+          for name in TRANSITIONAL),
+        _pkg(f"linux-modules-nvidia-{old}-{FLAVOUR}", f"{abi}.{upload}+1",
+             source="linux-restricted-modules", section="kernel",
+             depends=[f"linux-modules-nvidia-{new}-{FLAVOUR}"]),
+    ]
+
+
 def hwe_packages(codename, upstream):
     """The release's HWE kernel with its signed module, built against point release 2."""
     release = RELEASES[codename][0]
@@ -359,7 +383,9 @@ def unrelated_package(release, update):
     )
 
 
-SNAPSHOTS = ("first", "updates", "broken", "fixed", "ahead", "skew", "panics")
+SNAPSHOTS = ("first", "updates", "broken", "fixed", "ahead", "skew", "panics", "eol")
+# The branch that follows BRANCH in `eol`, and its point release.
+NEXT_BRANCH, NEXT_UPSTREAM = "590", "590.48.01"
 
 
 def archive(codename="noble", snapshot="updates"):
@@ -378,7 +404,10 @@ def archive(codename="noble", snapshot="updates"):
                dependencies (the driver's sources are published before linux-restricted-modules
                is rebuilt for them);
       panics   `fixed` plus kernel ABI 3 with its NVIDIA module published, the flavour's metas
-               following it: a kernel that installs cleanly and panics at boot.
+               following it: a kernel that installs cleanly and panics at boot;
+      eol      `first`, and in -updates ABI 2 and branch NEXT_BRANCH (its user space, ABI 2's
+               module and the module meta), with BRANCH's packages published again as
+               transitional ones depending on NEXT_BRANCH's: BRANCH reached its end of life.
     -security stays empty (a Release file only)."""
     release, kernels, drivers = RELEASES[codename]
     (abi1, up1), (abi2, up2), (abi3, up3) = kernels
@@ -403,6 +432,15 @@ def archive(codename="noble", snapshot="updates"):
     ]
     if snapshot == "skew":
         updates = [*driver_packages(second, release), unrelated_package(release, 4)]
+    if snapshot == "eol":
+        updates = [
+            *kernel_packages(abi2, up2),
+            *driver_packages(NEXT_UPSTREAM, release, branch=NEXT_BRANCH),
+            *module_packages(abi2, up2, NEXT_UPSTREAM, 1, branch=NEXT_BRANCH),
+            module_meta(abi2, up2, NEXT_UPSTREAM, 1, branch=NEXT_BRANCH),
+            *transitional_packages(BRANCH, NEXT_BRANCH, NEXT_UPSTREAM, release, abi2, up2),
+            unrelated_package(release, 4),
+        ]
     return {
         codename: [
             *kernel_packages(abi1, up1),

@@ -384,8 +384,16 @@ _USER_SPACE = {
         "libnvidia-compute-{b}",
         "nvidia-utils-{b}",
         "nvidia-compute-utils-{b}",
+        # From branch 590 NVIDIA names its Ubuntu packages without the branch
+        # (libnvidia-compute-580 -> libnvidia-compute) and drops cuda-drivers-<branch> for
+        # cuda-drivers; the preferences file keeps them on the branch (driver installation guide,
+        # "Ubuntu 590 and later packages").
+        "cuda-drivers",
+        "libnvidia-compute",
     ],
 }
+# The first branch whose packages in NVIDIA's Ubuntu repository carry no branch in their names.
+_CUDA_BRANCHLESS_FROM = 590
 # What a maintenance run upgrades besides the held unit: the kernel meta packages (Debian's
 # follow the kernel flavour: linux-image-amd64; DKMS then builds the new driver for the new kernel).
 _KERNEL_METAS = {
@@ -405,26 +413,54 @@ _VARIANT = re.compile(r"^(?:nvidia-headless-no-dkms|nvidia-driver|linux-modules-
 _VARIANT_ORDER = ("-server", "-server-open", "-open", "")
 
 
+def installed_driver_branches(installed):
+    """The driver branches (ints, oldest first) whose headless, driver or module meta packages
+    are installed."""
+    return sorted({int(match["b"]) for match in map(_VARIANT.match, map(str, installed or []))
+                   if match})
+
+
 def ubuntu_driver_variant(installed, branch, default="-server"):
     """The variant of the branch's driver installed: '-server', '-server-open', '-open' or ''
-    (from the headless, driver or module meta packages' names); `default` (the role's own
-    install: -server) when none is."""
+    (from the headless, driver or module meta packages' names); with none of the branch's, the
+    variant of the newest older branch installed (the one a branch move leaves); `default` (the
+    role's own install: -server) when none is."""
     found = set()
     for name in installed or []:
         match = _VARIANT.match(str(name))
         if match and match["b"] == str(branch):
             found.add(match["v"] or "")
+    older = [b for b in installed_driver_branches(installed) if b < int(branch)]
+    if not found and older:
+        return ubuntu_driver_variant(installed, older[-1], default)
     return next((v for v in _VARIANT_ORDER if v in found), default)
 
 
-def _names(templates, branch, flavour, installed):
+def _names(templates, branch, flavour, installed, move=False):
+    """The templates' names for the branch and, while an older branch is still installed (the
+    owner moved vllm_dual_fast_driver_branch on; maintain.yml moves the rig), for that one too;
+    with `installed`, those installed, and with `move` the new branch's names to install."""
     variant = ubuntu_driver_variant(installed, branch)
     server = "-server" if variant.startswith("-server") else ""
-    names = [name.format(b=branch, f=flavour or "generic", v=variant, s=server)
-             for name in templates]
+    older = [b for b in installed_driver_branches(installed) if b < int(branch)]
+
+    def named(b):
+        return [name.format(b=b, f=flavour or "generic", v=variant, s=server)
+                for name in templates]
+
+    names = [name for b in (branch, *older) for name in named(b)]
+    # The new branch's own names (a template without the branch names the same package).
+    to_install = set(named(branch)).difference(*map(named, older)) if move and older else set()
     if installed is not None:
-        names = [name for name in names if name in installed]
+        names = [name for name in names if name in installed or name in to_install]
     return list(dict.fromkeys(names))
+
+
+def cuda_drivers_package(branch):
+    """The CUDA repository's driver meta package the role installs: cuda-drivers-<branch> up to
+    589, cuda-drivers from 590 (NVIDIA removed the branch names; the role's preferences file
+    keeps cuda-drivers on the branch)."""
+    return "cuda-drivers" if int(branch) >= _CUDA_BRANCHLESS_FROM else f"cuda-drivers-{branch}"
 
 
 def driver_hold_packages(family, source, branch, installed=None, flavour=None):
@@ -456,7 +492,9 @@ def maintenance_upgrade_packages(family, source, branch, installed, flavour=None
     installed."""
     templates = (_USER_SPACE[(family, source)] + _KERNEL_METAS[family] + _CONTAINER_TOOLKIT
                  + (_CONTAINER_RUNTIME if runtime else []))
-    return _names(templates, branch, flavour, installed)
+    # Canonical's branches: the owner's new branch is installed by the run that moves the rig.
+    return _names(templates, branch, flavour, installed,
+                  move=(family, source) == ("ubuntu", "distro"))
 
 
 def kernel_following_holds(showhold):
@@ -549,6 +587,7 @@ class FilterModule:
             "vllm_dual_fast_driver_hold_packages": driver_hold_packages,
             "vllm_dual_fast_maintenance_upgrade_packages": maintenance_upgrade_packages,
             "vllm_dual_fast_ubuntu_driver_variant": ubuntu_driver_variant,
+            "vllm_dual_fast_cuda_drivers_package": cuda_drivers_package,
             "vllm_dual_fast_dpkg_locked": dpkg_locked,
             "vllm_dual_fast_kernel_following_holds": kernel_following_holds,
             "vllm_dual_fast_driver_hold_plan": driver_hold_plan,

@@ -125,6 +125,41 @@ def kernel_without_module(plan, installed, branch, variant="-server"):
     return nxt if nxt and not has_module else ""
 
 
+# Canonical's driver packages that name their branch (the user space and the module metas).
+_BRANCH_NAMED = re.compile(
+    r"^(?:nvidia-headless-no-dkms|nvidia-headless|nvidia-driver|nvidia-utils|nvidia-compute-utils|"
+    r"nvidia-kernel-common|nvidia-kernel-source|nvidia-dkms|libnvidia-compute|libnvidia-cfg1|"
+    r"linux-modules-nvidia)-(?P<branch>\d+)(?:-|$)")
+
+
+def branch_move(plan, branch):
+    """The later driver branch APT's plan (apt_simulation's) would move the rig to, else 0. At a
+    branch's end of life Canonical publishes its packages again as transitional ones, built from
+    the next branch's source and depending on its packages (canonical/nvidia-graphics-drivers
+    debian/control: nvidia-headless-no-dkms-510-server depends on
+    nvidia-headless-no-dkms-515-server; linux-restricted-modules' linux-modules-nvidia-590-generic
+    is a "dummy transitional package" depending on linux-modules-nvidia-595-generic): a plan
+    installs packages named for a later branch, or takes the branch's own names to a later
+    branch's version."""
+    later = set()
+    for item in (plan or {}).get("install", []):
+        named = _BRANCH_NAMED.match(item["name"])
+        if not named:
+            continue
+        later.add(int(named["branch"]))
+        major = re.match(r"^(?:\d+:)?(\d+)\.", item.get("to", ""))
+        if major and int(named["branch"]) == int(branch):
+            later.add(int(major[1]))
+    return max((b for b in later if b > int(branch)), default=0)
+
+
+def branch_end_of_life(branch, to_branch):
+    """Why a maintenance run takes no branch move the owner did not ask for (branch_move's)."""
+    return (f"Driver branch {branch} reached its end of life: Canonical's transitional packages "
+            f"move it to branch {to_branch}. APT did not run; nothing was changed. Set "
+            f"vllm_dual_fast_driver_branch: {to_branch} to move the rig (the canary first).")
+
+
 # The kernels themselves: the fallback boots the installed one, whatever the plan does to them.
 _KERNEL_ITSELF = re.compile(r"^linux-(image|headers|modules|modules-extra)-\d")
 # Canonical's per-kernel NVIDIA packages (linux-restricted-modules), of any branch and variant.

@@ -2,14 +2,15 @@
 """Pull rigs as metrics: the reports rigs behind NAT upload become series on the monitoring host,
 so a pull rig that stops reporting, or whose runs are refused or fail, alerts like a scraped rig.
 
-    python3 pull_metrics.py --pulled DIR --rig-keys FILE --out FILE.prom
+    python3 pull_metrics.py --pulled DIR --rig-keys FILE --out FILE.prom [--pushing RIG ...]
 
 Reads DIR as fleet_report.py --pulled does (each upload verified against the fleet's rig keys;
 one that does not verify is counted in vdf_pull_unverified_uploads and nowhere else) and writes,
 per verified rig, labelled `rig`: vdf_pull_report_timestamp_seconds (its newest news, as the fleet
 report judges staleness), vdf_pull_state{state}, the last verdict's vdf_report_* series
 (rig_metrics.report_samples) and the GPU telemetry the report carries (its speed_conditions:
-temperature, power limit, SM clock and clock event reasons per GPU, as of its last speed run).
+temperature, power limit, SM clock and clock event reasons per GPU, as of its last speed run);
+of a rig named by --pushing (its own agent writes those live) only the first two.
 Names and help: rig_metrics.METRICS. Written whole (temporary file, then rename) for
 node_exporter's textfile collector on the monitoring host, scraped with
 honor_labels so each series keeps its rig. Without --rig-keys nothing is read as verified: every
@@ -62,12 +63,14 @@ def gpu_samples(conditions):
     return samples
 
 
-def rig_samples(rig, report):
-    """The series of one verified pull rig."""
+def rig_samples(rig, report, pushing=False):
+    """The series of one verified pull rig; one that pushes its series (its Prometheus agent
+    writes them live, job vdf_rig_node) gets only its pull state and news time here, so no alert
+    fires twice from the same fact."""
     labels = {"rig": rig}
-    samples = [(name, dict(labels, **found), value)
-               for name, found, value in rig_metrics.report_samples(report)
-               + gpu_samples(report.get("speed_conditions"))]
+    carried = [] if pushing else (rig_metrics.report_samples(report)
+                                  + gpu_samples(report.get("speed_conditions")))
+    samples = [(name, dict(labels, **found), value) for name, found, value in carried]
     when, _what = fleet_report.news_of(report)
     if when is not None:
         samples.append(("vdf_pull_report_timestamp_seconds", labels, when.timestamp()))
@@ -77,12 +80,13 @@ def rig_samples(rig, report):
     return samples
 
 
-def pull_samples(pulled: dict, unverified: int):
-    """Every series of a run: each verified rig's, in name order, and the unverified count."""
+def pull_samples(pulled: dict, unverified: int, pushing=()):
+    """Every series of a run: each verified rig's, in name order, and the unverified count.
+    pushing: the rigs whose series come by push."""
     samples = []
     for rig in sorted(pulled):
         if pulled[rig].get("_verified"):
-            samples += rig_samples(rig, pulled[rig])
+            samples += rig_samples(rig, pulled[rig], rig in set(pushing))
     return samples + [("vdf_pull_unverified_uploads", {}, unverified)]
 
 
@@ -91,6 +95,9 @@ def main(argv=None) -> int:
     parser.add_argument("--pulled", required=True, help="the folder pull rigs upload to")
     parser.add_argument("--rig-keys", help="the fleet's list of rig keys (allowed signers)")
     parser.add_argument("--out", required=True, help="the .prom file to write")
+    parser.add_argument("--pushing", action="append", default=[], metavar="RIG",
+                        help="a rig that pushes its series: its report's GPU and verdict series "
+                             "are left out (repeatable)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -108,7 +115,8 @@ def main(argv=None) -> int:
                                 for forged in apart]:
         sys.stderr.write(f"pull_metrics: {note}\n")
     unverified = len(apart) + sum(1 for report in pulled.values() if not report.get("_verified"))
-    rig_metrics.write_atomic(args.out, rig_metrics.exposition(pull_samples(pulled, unverified)))
+    rig_metrics.write_atomic(args.out, rig_metrics.exposition(
+        pull_samples(pulled, unverified, args.pushing)))
     return 0
 
 

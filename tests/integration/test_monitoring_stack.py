@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 from ansible_runner import run_playbook
 from rig_metrics_stand_ins import XID_31, CollectorRig
 from test_fleet_report import RigKeys, pulled_report
@@ -457,6 +458,8 @@ def test_a_configuration_promtool_refuses_leaves_the_one_in_use(tmp_path):
     ({"rig": "a", "bind": ANY, "token": "t", "pull": True}, ("why", "a pull rig")),
     ({"rig": "a", "bind": ANY, "token": "t", "certificate": False},
      ("why", "its TLS certificate is not on the controller")),
+    ({"rig": "a", "bind": ANY, "token": "t", "pull": True, "push_token": "p" * 32},
+     ("why", "pushes its series")),
 ])
 def test_which_rigs_are_scraped_and_why_not(rig, outcome):
     targets_, skipped = filters.scrape_targets([rig])
@@ -465,6 +468,24 @@ def test_which_rigs_are_scraped_and_why_not(rig, outcome):
         assert targets_ == [{"rig": "a", "target": text}] and skipped == []
     else:
         assert targets_ == [] and text in skipped[0]["why"]
+
+
+def test_a_rig_pushes_only_with_a_url_and_a_token_of_its_own():
+    """Issue 45, item 9: the push receiver's rigs, from their inventory variables."""
+    names = ["a", "b", "c"]
+    found = filters.rig_facts(names, [
+        {"vllm_dual_fast_push_url": "https://m:9443/api/v1/write",
+         "vllm_dual_fast_push_token": "A" * 40},
+        {"vllm_dual_fast_push_token": "B" * 40},    # no URL: it does not push
+        {}])
+    assert filters.push_rigs(found) == [{"rig": "a", "token": "A" * 40}]
+    same = [{"rig": "a", "push_token": "C" * 40}, {"rig": "b", "push_token": "C" * 40}]
+    with pytest.raises(AnsibleFilterError, match="b and a have the same"):
+        filters.push_rigs(same)
+    for bad in ("short", "x" * 40 + '"; return 200; #', "y" * 40 + "\n"):
+        with pytest.raises(AnsibleFilterError, match="a: vllm_dual_fast_push_token must be") as err:
+            filters.push_rigs([{"rig": "a", "push_token": bad}])
+        assert bad not in str(err.value)
 
 
 def test_a_wrong_variable_fails_at_argument_validation_before_anything_runs(tmp_path):

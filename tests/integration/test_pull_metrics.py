@@ -126,6 +126,29 @@ def test_the_gpu_telemetry_a_report_carries_becomes_the_rig_s_gpu_series(fleet):
                  reason="sw_thermal_slowdown") == 0
 
 
+def test_a_rig_that_pushes_keeps_only_its_report_s_news_and_state(fleet, tmp_path):
+    """Issue 45, item 9: a rig whose agent writes its GPU and verdict series live gets only
+    vdf_pull_* from its report, so no alert fires twice (once per job) for one fact."""
+    body = pulled_report("rig-a", {"state": "applied", "rc": 0},
+                         checked_at="2026-12-03T10:00:00Z",
+                         speed_conditions={"temperature_c": [84.0], "power_limit_w": [280.0]})
+    other = pulled_report("rig-b", {"state": "applied", "rc": 0}, speed_conditions={
+        "temperature_c": [70.0]})
+    (tmp_path / "pulled").mkdir(exist_ok=True)
+    for name, report in (("rig-a", body), ("rig-b", other)):
+        (tmp_path / "pulled" / f"{name}.json").write_text(fleet.keys.upload(name, report))
+    out = tmp_path / "pushing.prom"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--pulled", str(tmp_path / "pulled"),
+                           "--rig-keys", str(fleet.keys.path), "--out", str(out),
+                           "--pushing", "rig-a"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    samples = parse(out.read_text())
+    assert {name for name, labels in samples if dict(labels).get("rig") == "rig-a"} == {
+        "vdf_pull_report_timestamp_seconds", "vdf_pull_state"}
+    assert value(samples, "vdf_gpu_temperature_celsius", rig="rig-b", gpu="0") == 70
+    assert value(samples, "vdf_report_healthy", rig="rig-b") == 1
+
+
 def test_without_ssh_keygen_it_says_so_and_keeps_the_last_file(fleet, tmp_path):
     """A monitoring host without openssh-client cannot check a signature: said as that, exit 2,
     the series written before left as they were (not every upload called forged)."""

@@ -1,8 +1,21 @@
-"""Which rigs the monitoring host scrapes, and why it skips the others (pure functions)."""
+"""Which rigs the monitoring host scrapes, and why it skips the others; which rigs push their
+series to it, with whose token (pure functions)."""
 
+import importlib.util
+import os
 import re
 
 from ansible.errors import AnsibleFilterError
+
+# The push receiver's certificate names what the rigs connect to as the rig role's LAN
+# certificate does: the same function, from the rig role beside this one (one repository).
+_TLS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))),
+                    "vllm_dual_fast", "filter_plugins", "vllm_dual_fast_tls.py")
+_spec = importlib.util.spec_from_file_location("vllm_dual_fast_tls_for_monitoring", _TLS)
+_tls = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_tls)
+# A push token goes into nginx's configuration as a regex, escaped: these characters only.
+_PUSH_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{32,}")
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -18,6 +31,8 @@ def rig_facts(names, varsets, certified=()):
                       "bind": found.get("vllm_dual_fast_bind_address", "127.0.0.1"),
                       "token": found.get("vllm_dual_fast_metrics_token", ""),
                       "pull": bool(found.get("vllm_dual_fast_pull_repo_url", "")),
+                      "push_token": found.get("vllm_dual_fast_push_token", "")
+                      if found.get("vllm_dual_fast_push_url", "") else "",
                       "certificate": name in set(certified or ())})
     return facts
 
@@ -32,7 +47,9 @@ def scrape_targets(rigs):
     targets, skipped = [], []
     for rig in rigs:
         name = rig["rig"]
-        if rig.get("pull"):
+        if rig.get("push_token"):
+            skipped.append({"rig": name, "why": "pushes its series (vllm_dual_fast_push_url)"})
+        elif rig.get("pull"):
             skipped.append({"rig": name, "why": "a pull rig: seen through the reports it uploads"})
         elif str(rig.get("bind", "127.0.0.1")) in LOOPBACK:
             skipped.append({"rig": name, "why": "serves on loopback only (no LAN proxy to scrape)"})
@@ -78,6 +95,33 @@ def owner_routes(owners, rig_owners):
     return routes
 
 
+def push_rigs(rigs):
+    """[{rig, token}] of the rigs (rig_facts') that push their series to this host, by name. A
+    token too short or with characters nginx's map could read as a pattern, or one token for
+    two rigs (the series would carry either name), is refused by rig name, never printed."""
+    found, seen = [], {}
+    for rig in sorted(rigs or [], key=lambda r: r["rig"]):
+        token = str(rig.get("push_token") or "")
+        if not token:
+            continue
+        if not _PUSH_TOKEN.fullmatch(token):
+            raise AnsibleFilterError(
+                f"{rig['rig']}: vllm_dual_fast_push_token must be 32 or more of letters, digits "
+                "and ._~+/=- (openssl rand -base64 33)")
+        if token in seen:
+            raise AnsibleFilterError(
+                f"{rig['rig']} and {seen[token]} have the same vllm_dual_fast_push_token: each rig "
+                "needs its own")
+        seen[token] = rig["rig"]
+        found.append({"rig": rig["rig"], "token": token})
+    return found
+
+
+def subject_alt_names(names):
+    """openssl's subjectAltName value for the receiver's names (the rig role's function)."""
+    return _tls.subject_alt_names(names)
+
+
 DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
@@ -97,4 +141,6 @@ class FilterModule:
         return {"vllm_dual_fast_monitoring_rig_facts": rig_facts,
                 "vllm_dual_fast_monitoring_scrape_targets": scrape_targets,
                 "vllm_dual_fast_monitoring_duration_seconds": duration_seconds,
-                "vllm_dual_fast_monitoring_owner_routes": owner_routes}
+                "vllm_dual_fast_monitoring_owner_routes": owner_routes,
+                "vllm_dual_fast_monitoring_push_rigs": push_rigs,
+                "vllm_dual_fast_monitoring_subject_alt_names": subject_alt_names}

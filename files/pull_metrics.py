@@ -9,7 +9,8 @@ one that does not verify is counted in vdf_pull_unverified_uploads and nowhere e
 per verified rig, labelled `rig`: vdf_pull_report_timestamp_seconds (its newest news, as the fleet
 report judges staleness), vdf_pull_state{state}, the last verdict's vdf_report_* series
 (rig_metrics.report_samples) and the GPU telemetry the report carries (its speed_conditions:
-temperature, power limit, SM clock and clock event reasons per GPU, as of its last speed run);
+temperature, power limit set and enforced, SM clock and clock event reasons per GPU, as of its last
+speed run);
 of a rig named by --pushing (its own agent writes those live) only the first two.
 Names and help: rig_metrics.METRICS. Written whole (temporary file, then rename) for
 node_exporter's textfile collector on the monitoring host, scraped with
@@ -48,6 +49,7 @@ def pull_state(report) -> str:
 # (health-report.schema.json, speed_conditions: one list entry per GPU).
 CONDITION_METRICS = (("temperature_c", "vdf_gpu_temperature_celsius", 1),
                      ("power_limit_w", "vdf_gpu_power_limit_watts", 1),
+                     ("power_limit_enforced_w", "vdf_gpu_power_limit_enforced_watts", 1),
                      ("sm_clock_mhz", "vdf_gpu_sm_clock_hertz", 1e6))
 
 

@@ -55,7 +55,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-QUERY = ("index,pci.bus_id,temperature.gpu,power.draw,power.limit,clocks.sm,"
+QUERY = ("index,pci.bus_id,temperature.gpu,power.draw,power.limit,enforced.power.limit,clocks.sm,"
          "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,"
          "memory.used,utilization.gpu,clocks_event_reasons.active")
 
@@ -64,6 +64,7 @@ GPU_FIELDS = {
     "temperature.gpu": ("vdf_gpu_temperature_celsius", 1),
     "power.draw": ("vdf_gpu_power_draw_watts", 1),
     "power.limit": ("vdf_gpu_power_limit_watts", 1),
+    "enforced.power.limit": ("vdf_gpu_power_limit_enforced_watts", 1),
     "clocks.sm": ("vdf_gpu_sm_clock_hertz", 1e6),
     "pcie.link.gen.current": ("vdf_gpu_pcie_link_gen", 1),
     "pcie.link.gen.max": ("vdf_gpu_pcie_link_gen_max", 1),
@@ -94,7 +95,10 @@ XID_WATCHED = (13, 31, 43, 48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 METRICS = {
     "vdf_gpu_temperature_celsius": ("gauge", "GPU core temperature (nvidia-smi temperature.gpu)."),
     "vdf_gpu_power_draw_watts": ("gauge", "GPU power draw (nvidia-smi power.draw)."),
-    "vdf_gpu_power_limit_watts": ("gauge", "GPU power limit in force (nvidia-smi power.limit)."),
+    "vdf_gpu_power_limit_watts": ("gauge", "GPU power limit set (nvidia-smi power.limit)."),
+    "vdf_gpu_power_limit_enforced_watts": (
+        "gauge", "GPU power limit the card enforces: the lowest of its limiters, the one set "
+                 "among them (nvidia-smi enforced.power.limit)."),
     "vdf_gpu_power_limit_target_watts": (
         "gauge", "The power limit the role sets on every GPU (vllm_dual_fast_power_limit_watts); "
                  "absent when the role leaves the limit alone."),

@@ -54,6 +54,16 @@ def test_each_card_s_telemetry_comes_from_nvidia_smi(rig):
     assert value(samples, "vdf_rig_metrics_source_up", source="nvidia") == 1
 
 
+def test_the_limit_each_card_enforces_is_read_back_beside_the_one_set(rig):
+    """Issue 46, part 3: a card enforces the lowest of its limiters (nvidia-smi(1), "Enforced
+    Power Limit"): with another limiter at 280 W below the 350 W set, the metrics say both."""
+    assert value(rig(), "vdf_gpu_power_limit_enforced_watts", gpu="0") == 350
+    samples = rig(enforced_cap_w=280)
+    for gpu in ("0", "1"):
+        assert value(samples, "vdf_gpu_power_limit_watts", gpu=gpu) == 350
+        assert value(samples, "vdf_gpu_power_limit_enforced_watts", gpu=gpu) == 280
+
+
 def test_an_idle_link_runs_at_gen_1_a_busy_one_as_trained_and_a_narrow_one_shows(rig):
     idle = rig()
     assert value(idle, "vdf_gpu_pcie_link_gen", gpu="0") == 1    # trained down at rest
@@ -158,12 +168,17 @@ def test_the_file_is_replaced_whole_and_no_temporary_file_is_left(rig):
 
 
 def test_samples_and_exposition_are_pure_functions_of_their_input():
-    rows = rig_metrics.gpu_samples("0, 00000000:01:00.0, 60, [N/A], 300.00, 1700, 4, 4, 8, 16, "
-                                   "100, 0, 0x0000000000000001")
+    rows = rig_metrics.gpu_samples("0, 00000000:01:00.0, 60, [N/A], 300.00, 280.00, 1700, 4, 4, "
+                                   "8, 16, 100, 0, 0x0000000000000001")
     names = [name for name, _, _ in rows]
     assert "vdf_gpu_power_draw_watts" not in names    # [N/A] is left out, not written as 0
     assert ("vdf_gpu_pcie_link_width", {"gpu": "0", "bus_id": "00000000:01:00.0",
                                         "pci": "0000:01:00"}, 8) in rows
+    # The limit set and the one enforced (a lower limiter), each its own series.
+    assert ("vdf_gpu_power_limit_watts", {"gpu": "0", "bus_id": "00000000:01:00.0",
+                                          "pci": "0000:01:00"}, 300) in rows
+    assert ("vdf_gpu_power_limit_enforced_watts", {"gpu": "0", "bus_id": "00000000:01:00.0",
+                                                   "pci": "0000:01:00"}, 280) in rows
     text = rig_metrics.exposition(rows)
     assert text.count("# TYPE vdf_gpu_clocks_event_active gauge") == 1
     assert ('vdf_gpu_clocks_event_active{gpu="0",bus_id="00000000:01:00.0",pci="0000:01:00",'

@@ -347,8 +347,10 @@ def test_a_release_that_never_came_up_is_reported_by_the_same_schema():
 
 
 # Speed that cannot drift: a reference beside last-good, and no comparison across conditions.
-SMI_300 = "300.00, 61, 1695, 0x0000000000000000, 580.95.05\n" * 2
-SMI_350 = "350.00, 58, 1740, 0x0000000000000000, 580.95.05\n" * 2
+SMI_300 = "300.00, 61, 1695, 0x0000000000000000, 580.95.05, 300.00\n" * 2
+SMI_350 = "350.00, 58, 1740, 0x0000000000000000, 580.95.05, 350.00\n" * 2
+# 300 W set, but another limiter (the VBIOS, a board cap) holds both cards at 280 W.
+SMI_300_HELD = "300.00, 61, 1560, 0x0000000000000000, 580.95.05, 280.00\n" * 2
 
 
 def rate(tps):
@@ -371,8 +373,24 @@ def test_speed_conditions_are_read_per_gpu():
     assert health.speed_conditions(SMI_300) == {
         "power_limit_w": [300.0, 300.0], "temperature_c": [61.0, 61.0],
         "sm_clock_mhz": [1695.0, 1695.0],
-        "clocks_event_reasons": ["0x0000000000000000"] * 2, "driver_version": "580.95.05"}
+        "clocks_event_reasons": ["0x0000000000000000"] * 2, "driver_version": "580.95.05",
+        "power_limit_enforced_w": [300.0, 300.0]}
     assert health.speed_conditions("") == {} == health.speed_conditions("GPU is lost\n")
+
+
+def test_a_speed_under_a_lower_enforced_limit_is_not_comparable_though_the_set_one_is_the_same():
+    """Issue 46, part 3: the limit a card enforces is read back at every health check; a card
+    held at 280 W by another limiter is not the card measured at 300 W before."""
+    verdict = drifting(30.0, 50.0, smi_now=SMI_300_HELD)
+    judged = verdict["report"]["judged"]["speed"]
+    assert judged["result"] == "not-comparable", judged
+    assert "power limit 300/300 W then, 280/280 W now" in judged["reason"]
+    assert verdict["report"]["speed_conditions"]["power_limit_enforced_w"] == [280.0, 280.0]
+    assert verdict["report"]["speed_conditions"]["power_limit_w"] == [300.0, 300.0]
+    # A report from before the enforced limit was read compares by the limit set.
+    old = {k: v for k, v in health.speed_conditions(SMI_300).items()
+           if k != "power_limit_enforced_w"}
+    assert health.not_comparable(health.speed_conditions(SMI_300_HELD), old) == ""
 
 
 def test_a_speed_at_another_power_limit_is_not_comparable_and_not_judged():

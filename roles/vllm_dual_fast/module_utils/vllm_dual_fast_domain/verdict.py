@@ -267,12 +267,13 @@ def speed_regressions(now, before, max_drop_pct, ttft_floor_s=0.05, rate_floor_t
 
 
 SPEED_CONDITION_FIELDS = ("power.limit", "temperature.gpu", "clocks.sm",
-                          "clocks_event_reasons.active", "driver_version")
+                          "clocks_event_reasons.active", "driver_version", "enforced.power.limit")
 
 
 def speed_conditions(text):
     """What the GPUs were at when a speed was measured, from `nvidia-smi --query-gpu=` the
-    SPEED_CONDITION_FIELDS `--format=csv,noheader,nounits` (one line per GPU): {power_limit_w,
+    SPEED_CONDITION_FIELDS `--format=csv,noheader,nounits` (one line per GPU): {power_limit_w
+    (set), power_limit_enforced_w (the lowest of the card's limiters: what it ran under),
     temperature_c, sm_clock_mhz, clocks_event_reasons: a list each, one per GPU;
     driver_version}. {} when nothing readable was printed (no nvidia-smi, a GPU lost)."""
     rows = [[cell.strip() for cell in line.split(",")] for line in str(text or "").splitlines()
@@ -290,17 +291,22 @@ def speed_conditions(text):
             "temperature_c": [number(r[1]) for r in rows],
             "sm_clock_mhz": [number(r[2]) for r in rows],
             "clocks_event_reasons": [r[3] for r in rows],
-            "driver_version": rows[0][4]}
+            "driver_version": rows[0][4],
+            "power_limit_enforced_w": [number(r[5]) for r in rows]}
 
 
 def not_comparable(now, then):
     """Why speeds measured under conditions `now` and `then` (speed_conditions) cannot be
     compared: another power limit or another driver ('' when they can, or when either is
-    unknown: a report from before the conditions were recorded is judged as before)."""
+    unknown: a report from before the conditions were recorded is judged as before). The limit
+    the cards enforced, where both say it (a lower limiter than the one set, the VBIOS or an
+    out-of-band cap, slows a card as much as a lower setting); else the limit set."""
     if not now or not then:
         return ""
-    limits = [round(w) for w in now.get("power_limit_w") or [] if w is not None]
-    before = [round(w) for w in then.get("power_limit_w") or [] if w is not None]
+    key = ("power_limit_enforced_w" if now.get("power_limit_enforced_w")
+           and then.get("power_limit_enforced_w") else "power_limit_w")
+    limits = [round(w) for w in now.get(key) or [] if w is not None]
+    before = [round(w) for w in then.get(key) or [] if w is not None]
     if limits and before and limits != before:
         return (f"power limit {'/'.join(map(str, before))} W then, "
                 f"{'/'.join(map(str, limits))} W now")

@@ -310,25 +310,31 @@ def _maintenance_plan(tmp_path, apt, versions=None, unfinished=(), branch=BRANCH
     return result, out, found
 
 
+def _waits_touching_nothing(tmp_path, archive, snapshot):
+    """The plan phase of a provisioned rig on `snapshot`: it must pass, report
+    `maintenance-waiting` and leave APT's state as it was; returns the result."""
+    provisioned_rig(tmp_path, archive)
+    rig = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot=snapshot)
+    before = rig.status.read_text()
+    result, out, found = _maintenance_plan(tmp_path, rig)
+    assert result.returncode == 0, out
+    jsonschema.validate(found, SCHEMA)
+    assert found["state"] == "maintenance-waiting", found
+    assert rig.status.read_text() == before
+    return found
+
+
 def test_a_driver_published_before_its_modules_makes_the_run_wait_touching_nothing(
         tmp_path, archive):
     """Canonical publishes a driver point release's user space before linux-restricted-modules
     is rebuilt for it: APT cannot install the unit together (exit 100, unmet dependencies). The
     run reports `maintenance-waiting` naming them, passes, and APT changed nothing."""
-    apt = provisioned_rig(tmp_path, archive)
-    apt.set_suites(["noble", "noble-updates"])
-    skew = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot="skew")
-    before = skew.status.read_text()
-    result, out, found = _maintenance_plan(tmp_path, skew)
-    assert result.returncode == 0, out
-    jsonschema.validate(found, SCHEMA)
-    assert found["state"] == "maintenance-waiting", found
+    found = _waits_touching_nothing(tmp_path, archive, "skew")
     assert found["reason"].startswith(
         "APT cannot install the update yet: nvidia-headless-no-dkms-580-server : Depends: "
         "nvidia-kernel-common-580-server"), found
     assert "nvidia-utils-580-server : Depends: nvidia-kernel-common-580-server-580.105.08" in (
         found["apt_lines"]), found
-    assert skew.status.read_text() == before
 
 
 def test_a_branch_at_its_end_of_life_waits_for_the_owner_touching_nothing(tmp_path, archive):
@@ -336,18 +342,11 @@ def test_a_branch_at_its_end_of_life_waits_for_the_owner_touching_nothing(tmp_pa
     ones depending on the next branch's (`eol`). Upgrading the held unit would move the rig to
     branch 590 while the owner set 580: the run waits, naming the branch to set, and APT
     changed nothing. Before: the plan went on to the upgrade (no result from the plan phase)."""
-    provisioned_rig(tmp_path, archive)
-    eol = AptRoot(tmp_path / "root", archive, ["noble", "noble-updates"], snapshot="eol")
-    before = eol.status.read_text()
-    result, out, found = _maintenance_plan(tmp_path, eol)
-    assert result.returncode == 0, out
-    jsonschema.validate(found, SCHEMA)
-    assert found["state"] == "maintenance-waiting", found
+    found = _waits_touching_nothing(tmp_path, archive, "eol")
     assert found["reason"].startswith(
         "Driver branch 580 reached its end of life: Canonical's transitional packages move it to "
         "branch 590."), found
     assert "vllm_dual_fast_driver_branch: 590" in found["reason"], found
-    assert eol.status.read_text() == before
 
 
 def test_a_raised_branch_moves_the_rig_with_its_variant_module_and_holds(tmp_path, archive):

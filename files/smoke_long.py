@@ -58,12 +58,12 @@ LONG_SIZE_ROUNDS = 10      # /tokenize measurements at most while sizing a long 
 LONG_SIZE_TOLERANCE = 0.01  # a prompt this close under the target is the target
 
 
-def tokenized_count(endpoint: Endpoint, model: str, words: int):
-    """POST /tokenize's "count" (chat template included) of a long prompt of `words` words, or
-    None when the server does not answer with one."""
+def tokenized_count(endpoint: Endpoint, model: str, words: int, first_word: str):
+    """POST /tokenize's "count" (chat template included) of a long prompt of `words` words
+    after `first_word`, or None when the server does not answer with one."""
     status, body, _ = endpoint.request(
         "POST", "/tokenize", {"model": model, "messages": long_messages(
-            long_prompt_text(nonce(), words))}, timeout=60)
+            long_prompt_text(first_word, words))}, timeout=60)
     count = body.get("count") if status == 200 and isinstance(body, dict) else None
     return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
 
@@ -94,9 +94,12 @@ def size_long_prompt(endpoint: Endpoint, model: str, tokens: int) -> tuple:
     for the few tokens by which one nonce differs from another). POST /tokenize measures a text
     of `tokens` words, then the word counts next_word_count picks, up to LONG_SIZE_ROUNDS
     times, until one is within LONG_SIZE_TOLERANCE under the target: on a tokenizer that splits
-    numbers into digits (Qwen's), one scaling lands about 13 % short. Without a count from
-    /tokenize: one word per token."""
-    words, count = tokens, tokenized_count(endpoint, model, tokens)
+    numbers into digits (Qwen's), one scaling lands about 13 % short. Every measurement starts
+    with one nonce: a fresh one each time (its hex digits are a token each there) moved the count
+    by up to a dozen tokens between rounds, more than 1 % of a 500-token target (make test, a
+    500-token target sized to 494). Without a count from /tokenize: one word per token."""
+    first = nonce()
+    words, count = tokens, tokenized_count(endpoint, model, tokens, first)
     if count is None:
         return tokens, "whitespace words", None
     fitting = too_long = None
@@ -109,7 +112,7 @@ def size_long_prompt(endpoint: Endpoint, model: str, tokens: int) -> tuple:
             break
         following = next_word_count(tokens, fitting, too_long)
         following_count = None if following is None or measured == LONG_SIZE_ROUNDS else (
-            tokenized_count(endpoint, model, following))
+            tokenized_count(endpoint, model, following, first))
         if following_count is None:
             break
         words, count = following, following_count

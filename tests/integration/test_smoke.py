@@ -938,6 +938,24 @@ class TokenizingEndpoint:
         return 200, {"count": self.count(body["messages"])}, None
 
 
+def test_a_long_prompt_is_sized_with_one_nonce_however_many_digits_the_next_has(monkeypatch):
+    """make test sized a 500-token target to 494: each /tokenize measurement began with a fresh
+    nonce, whose hex digits are a token each on Qwen's tokenizer (the double's rule), so the
+    counts the search compared moved by up to a dozen tokens. Nonces here alternate between all
+    digits and none: with one nonce per sizing every target lands within 1 % again."""
+    import_double(monkeypatch)
+    from vllm._double.server import count_tokens
+    nonces = iter(["n" + "1" * 12, "n" + "a" * 12] * 100_000)
+    monkeypatch.setattr(smoke_long, "nonce", lambda: next(nonces))
+    short = {}
+    for target in range(500, 2_000, 13):
+        words, sized_by, sized = smoke_long.size_long_prompt(TokenizingEndpoint(count_tokens), "m",
+                                                             target)
+        if sized is None or not target * 0.99 <= sized <= target:
+            short[target] = sized
+    assert short == {}
+
+
 def test_long_prompts_are_sized_within_one_percent_at_every_length(monkeypatch):
     # CI's real engine got 3,846 tokens for a 4,032 target: four scalings on a tokenizer that
     # splits numbers into digits stopped 5 % short. Counted as the double (Qwen's digit rule)

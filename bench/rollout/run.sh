@@ -26,7 +26,7 @@ python3 - "${INVENTORY}" <<'PY'
 import json, sys
 import yaml
 scenario = yaml.safe_load(open("molecule/fleet/molecule.yml"))
-hosts = {p["name"]: {"ansible_connection": "community.docker.docker_api"} for p in scenario["platforms"]}
+hosts = {p["name"]: {"ansible_connection": "vdf_docker_api", "ansible_docker_timeout": 60} for p in scenario["platforms"]}
 group_vars = scenario["provisioner"]["inventory"]["group_vars"]["rig3090"]
 json.dump({"all": {"children": {"rig3090": {"hosts": hosts, "vars": group_vars}}}}, open(sys.argv[1], "w"))
 PY

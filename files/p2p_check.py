@@ -11,13 +11,15 @@ Each arm runs at each size (--sizes, bytes of float32) in processes of its own u
 timeout (--timeout-s), every element checked. An arm is `healthy` (every size right), `hang`
 (the timeout passed), `wrong-data` (a rank saw a wrong element) or `inconclusive` (it could not
 run: no GPUs, an import or start-up error; its message kept). The decision takes `p2p` when it
-is healthy, else `no-p2p` when that is, else none: the rig must not serve.
+is healthy, else `no-p2p` when that is; when every arm is inconclusive nothing was measured and
+P2P stays off (`measured` false); else none: the rig must not serve.
 
     python3 p2p_check.py [--sizes 4096,16777216] [--timeout-s 60] [--backend nccl]
 
 Prints one JSON object (p2p_result() builds it): {arms: {p2p: {result, seconds, detail},
-no-p2p: {...}}, decision: {arm, nccl_p2p_disable, why}}. Exit codes: 0 an arm serves; 1 none
-does; 2 bad input. --backend gloo runs the same on CPUs (the tests here).
+no-p2p: {...}}, decision: {arm, nccl_p2p_disable, measured, why}}. Exit codes: 0 the rig may
+serve (decision.arm set); 1 it must not; 2 bad input. --backend gloo runs the same on CPUs (the
+tests here, and rigs served by vLLM's CPU build).
 """
 
 from __future__ import annotations
@@ -125,19 +127,24 @@ def run_arm(arm: str, sizes, timeout_s: float, backend: str, env=None) -> dict:
 
 
 def decision(arms: dict) -> dict:
-    """The NCCL setting the rig serves with: `p2p` when healthy, else `no-p2p` when healthy,
-    else none (arm ""), with why."""
-    if arms.get("p2p", {}).get("result") == "healthy":
-        return {"arm": "p2p", "nccl_p2p_disable": False,
+    """The NCCL setting the rig serves with: `p2p` when healthy, else `no-p2p` when healthy.
+    When neither is and either hung or added up wrong, none (arm ""): the rig must not serve.
+    When no arm could run at all (every one inconclusive: no GPUs, no torch in the image),
+    nothing was measured: P2P stays off, the rule without a check (`measured` false)."""
+    results = {name: arm.get("result") for name, arm in arms.items()}
+    if results.get("p2p") == "healthy":
+        return {"arm": "p2p", "nccl_p2p_disable": False, "measured": True,
                 "why": "the all-reduce is right with NCCL's own choice of path"}
-    if arms.get("no-p2p", {}).get("result") == "healthy":
-        p2p = arms.get("p2p", {})
-        return {"arm": "no-p2p", "nccl_p2p_disable": True,
-                "why": f"with a peer path the all-reduce was {p2p.get('result', 'not run')}; "
+    if results.get("no-p2p") == "healthy":
+        return {"arm": "no-p2p", "nccl_p2p_disable": True, "measured": True,
+                "why": f"with a peer path the all-reduce was {results.get('p2p') or 'not run'}; "
                        "through host memory it is right"}
-    return {"arm": "", "nccl_p2p_disable": True,
-            "why": "no arm gives a right all-reduce: "
-                   + "; ".join(f"{name} {arm.get('result')}" for name, arm in arms.items())}
+    said = "; ".join(f"{name} {result}" for name, result in results.items())
+    if results and set(results.values()) == {"inconclusive"}:
+        return {"arm": "no-p2p", "nccl_p2p_disable": True, "measured": False,
+                "why": f"the check could not run ({said}): P2P stays off, as without a check"}
+    return {"arm": "", "nccl_p2p_disable": True, "measured": True,
+            "why": f"no arm gives a right all-reduce: {said}"}
 
 
 def p2p_result(arms: dict) -> dict:

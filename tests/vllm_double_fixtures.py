@@ -268,6 +268,11 @@ def role_cfg(**overrides) -> dict:
     variables = dict(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()), **overrides)
     env = NativeEnvironment()
     env.filters.update(FilterModule().filters())  # bool, to_json, ... as Ansible has them
+    spec = importlib.util.spec_from_file_location(    # the P2P check's decision (p2p_check.yml)
+        "vdf_role_p2p_filters", ROLE / "filter_plugins" / "vllm_dual_fast_p2p.py")
+    p2p_filters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(p2p_filters)
+    env.filters.update(p2p_filters.FilterModule().filters())
     return {key: env.from_string(value).render(variables) if isinstance(value, str) else value
             for key, value in cfg.items()}
 

@@ -128,13 +128,22 @@ def serve_environment(cfg):
         "HF_HOME": "/root/.cache/huggingface",
         "HF_HUB_OFFLINE": "1",  # weights were downloaded ahead; a start never waits on the hub
     }
-    if not cfg.get("nvlink"):
+    if p2p_disabled(cfg):
         env["NCCL_P2P_DISABLE"] = "1"
     if cfg.get("w4a8"):
         env["VLLM_MARLIN_INPUT_DTYPE"] = "int8"
     if cfg.get("patch_all_files"):
         env["FI_PINQ_LIB_ALL"] = "1"
     return env
+
+
+def p2p_disabled(cfg):
+    """NCCL's peer path off: as the P2P check decided (cfg p2p_decision "p2p" or "no-p2p",
+    tasks/p2p_check.yml), else, with no decision, whenever there is no NVLink."""
+    decided = str(cfg.get("p2p_decision") or "")
+    if decided in ("p2p", "no-p2p"):
+        return decided == "no-p2p"
+    return not cfg.get("nvlink")
 
 
 API_KEY_SECRET = "/run/secrets/vllm_api_key"  # noqa: S105 (a path: Compose mounts api-key here)

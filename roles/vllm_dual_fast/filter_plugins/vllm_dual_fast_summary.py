@@ -63,6 +63,18 @@ def speed_line(speed, before=None):
     return "speed: " + ", ".join(parts) if parts else None
 
 
+def p2p_line(p2p):
+    """The verdict's line of the P2P check: the path NCCL takes and why."""
+    paths = {"p2p": "NCCL's own path (peer access where offered)",
+             "no-p2p": "peer path off (NCCL_P2P_DISABLE=1)"}
+    path = paths.get(p2p.get("arm"), "NO PATH (must not serve)")
+    arms = ", ".join(f"{name} {arm.get('result')}"
+                     for name, arm in (p2p.get("arms") or {}).items() if isinstance(arm, dict))
+    measured = "" if p2p.get("measured") else ", not measured"
+    return f"P2P check: {path}{measured}: {_clip(p2p.get('why') or '?', 120)}" + (
+        f" [{arms}]" if arms else "")
+
+
 def verdict_lines(report, report_path=""):
     """The verdict of one health report, first line first: healthy or not, the release, image,
     vLLM and FlashInfer, the patch, speed against the last good release, Xid lines, each failed
@@ -114,6 +126,9 @@ def verdict_lines(report, report_path=""):
     if report.get("lan_bind"):
         lines.append(f"  LAN: TLS only on {report['lan_bind']}, certificate SHA-256 "
                      f"{report.get('tls_fingerprint_sha256') or 'NOT READ'} (clients pin it)")
+    p2p = report.get("p2p") if isinstance(report.get("p2p"), dict) else {}
+    if p2p:
+        lines.append("  " + p2p_line(p2p))
     xid = report.get("kernel_xid_lines") or []
     if xid:
         lines.append(f"  kernel: {len(xid)} Xid line{'s' if len(xid) != 1 else ''}, first: "

@@ -87,8 +87,8 @@ evidence:
   description: >-
     restarts_before, smoke_started_at, smoke, speed_conditions, long_prompt, long_prompt_full,
     soak, race_check, restarts_after, engine_log, patch_at_start, patch_check, patch_check_image,
-    vllm_version (registered command results), upgrade_guard ({stat: {exists}}) and driver_holds
-    ({content: base64} as slurp returns it, {} when unreadable).
+    vllm_version (registered command results), upgrade_guard ({stat: {exists}}), driver_holds
+    and p2p_check ({content: base64} as slurp returns it, {} when unreadable).
   type: dict
 """
 
@@ -145,8 +145,8 @@ def patch_at_start(container, started_at, runner):
             "stdout_lines": said[-1:]}
 
 
-def read_holds(path):
-    """driver-holds.json as slurp returns it ({content: base64}); {} when it cannot be read."""
+def read_state_file(path):
+    """A state file as slurp returns it ({content: base64}); {} when it cannot be read."""
     try:
         with open(path, "rb") as held:
             return {"content": base64.b64encode(held.read()).decode()}
@@ -207,7 +207,9 @@ def gather(params, runner=run):
     evidence["vllm_version"] = runner(["docker", "exec", container, "python3", "-c",
                                        "import importlib.metadata as m; print(m.version('vllm'))"])
     evidence["upgrade_guard"] = {"stat": {"exists": os.path.exists(params["upgrade_guard_path"])}}
-    evidence["driver_holds"] = read_holds(os.path.join(params["state_dir"], "driver-holds.json"))
+    evidence["driver_holds"] = read_state_file(os.path.join(params["state_dir"],
+                                                            "driver-holds.json"))
+    evidence["p2p_check"] = read_state_file(os.path.join(params["state_dir"], "p2p-check.json"))
     return evidence
 
 

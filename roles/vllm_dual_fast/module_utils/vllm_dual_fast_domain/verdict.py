@@ -10,6 +10,8 @@ import json
 import posixpath
 import re
 
+from ansible.module_utils.vllm_dual_fast_domain.p2p import p2p_report
+
 # The report's shape (files/schemas/health-report.schema.json); readers refuse other versions.
 # 1 (no "schema_version" key): failures were lines of text. 2: failures are {check, result,
 # line, advice} and every gate's result is in "judged".
@@ -856,6 +858,8 @@ def health_report(evidence):
         "previous_speed": speed_baseline(health.get("baseline_report"),
                                          health.get("baseline_release"))[0],
         "upgrades": upgrades_state(evidence.get("upgrade_guard"), evidence.get("driver_holds")),
+        # The last P2P check (p2p_check.yml): its decision and arms, {} when none was kept.
+        "p2p": p2p_report(evidence.get("p2p_check")),
         # The LAN bind over TLS: where, and the certificate clients pin (empty on loopback).
         "lan_bind": str(evidence.get("lan_bind") or ""),
         "tls_fingerprint_sha256": str(evidence.get("tls_fingerprint") or ""),

@@ -8,6 +8,7 @@ depends on fails, and a double with one metric renamed and one status code chang
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
+from ansible.module_utils.vllm_dual_fast_domain.envelope import engine_start_facts  # noqa: E402
 from engine_contract import compare, health_while_starting, observe  # noqa: E402
 from vllm_double_fixtures import (  # noqa: E402
     DOUBLE_SRC,
@@ -27,6 +29,7 @@ from vllm_double_fixtures import (  # noqa: E402
     load_file_module,
     role_cfg,
     role_filters,
+    run_vllm,
 )
 
 REAL_IMAGE = "vdf-vllm-cpu:0.27.1"
@@ -81,8 +84,9 @@ def real(serving, tmp_path_factory):
         if starting[-1] != 200:
             pytest.fail("the real engine never answered /health 200:\n"
                         + docker("logs", "--tail", "40", name, check=False).stderr)
+        logs = docker("logs", name, check=False)    # vLLM logs its KV pool before serving
         yield {"starting": starting, "observed": observe(base, KEY, served, max_model_len),
-               "base_url": base, "served": served}
+               "base_url": base, "served": served, "log": logs.stdout + logs.stderr}
     finally:
         docker("rm", "--force", name, check=False)
 
@@ -132,6 +136,59 @@ def test_a_double_with_a_renamed_metric_or_another_status_code_is_caught(
     assert any(d.startswith("metrics.vllm:num_preemptions_total: real ['counter'")
                and "double 'absent'" in d for d in differences), differences
     assert any(d.startswith("models.no_key.status: real 401, double 403") for d in differences)
+
+
+def refusal_template(text):
+    """vLLM's refusal of a max_model_len, its figures masked: what a double must say alike."""
+    found = re.search(r"ValueError: (To serve at least one request.*?more details\.)", text)
+    assert found, text[-3000:]
+    return re.sub(r"\d+(\.\d+)?", "N", found.group(1))
+
+
+def test_the_kv_pool_lines_of_a_start_are_the_real_vllm_s_in_the_double(real, serving, tmp_path):
+    # What fit.yml reads of a candidate's start (issue 46): the pool in tokens, and the
+    # concurrency at max_model_len, said by the real engine and by the double alike.
+    facts = engine_start_facts(real["log"])
+    max_model_len = serving[4]
+    assert facts["kv_cache_tokens"] > max_model_len and facts["refused"] == {}, real["log"][-2000:]
+    assert facts["concurrency_for_tokens"] == max_model_len
+    # the pool is the concurrency at max_model_len times it (vLLM derives one from the other)
+    assert facts["max_concurrency"] == pytest.approx(facts["kv_cache_tokens"] / max_model_len,
+                                                     abs=0.01)
+    server, _, _ = start_double(tmp_path, DOUBLE_SRC, serving)
+    try:
+        double = engine_start_facts(server.stdout())
+    finally:
+        server.stop()
+    assert double["concurrency_for_tokens"] == max_model_len and double["refused"] == {}
+    assert double["max_concurrency"] == pytest.approx(double["kv_cache_tokens"] / max_model_len,
+                                                      abs=0.01)
+
+
+def test_a_pool_too_small_for_max_model_len_is_refused_in_the_same_words(serving, tmp_path):
+    # The real engine given a 256 KiB pool (--kv-cache-memory-bytes) for 4,096 tokens stops with
+    # its ValueError; the double given the same flags says the same, figures aside.
+    args, env, model, _, _ = serving
+    at = args.index("--kv-cache-memory-bytes")
+    small = [*args[:at + 1], "262144", *args[at + 2:]]
+    cache = tmp_path / "real-hf"
+    cache.mkdir()
+    mount = f"--volume={cache}:/root/.cache/huggingface"
+    docker("run", "--rm", mount, "--entrypoint=hf", REAL_IMAGE, "download", model)
+    env_args = [f"--env={k}={v}" for k, v in sorted(env.items())]
+    real = docker("run", "--rm", "--label=vdf.test=engine-contract", "--shm-size=1g", mount,
+                  *env_args, REAL_IMAGE, model, *small, check=False, timeout=600)
+    assert real.returncode != 0
+    real_facts = engine_start_facts(real.stdout + real.stderr)
+    assert real_facts["refused"]["max_model_len"] == 4096 and real_facts["kv_cache_tokens"] is None
+    environment = double_env(tmp_path, **{k: v for k, v in env.items() if k != "HF_HOME"})
+    download = subprocess.run([sys.executable, "-m", "vllm._double.hf_cli", "download", model],
+                              env=environment, capture_output=True, text=True, timeout=60)
+    assert download.returncode == 0, download.stderr
+    double = run_vllm(["serve", model, *small], environment)
+    assert double.returncode == 1, double.stderr
+    assert engine_start_facts(double.stderr)["refused"]["max_model_len"] == 4096
+    assert refusal_template(double.stderr) == refusal_template(real.stdout + real.stderr)
 
 
 def smoke_module(mode=""):

@@ -1074,7 +1074,8 @@ def test_metrics_show_requests_in_flight_kv_cache_use_and_ttft_as_vllm(double, t
     and every finished prefill's TTFT."""
     env = double_env(tmp_path)
     write_rig_knobs(env, kv_cache_tokens=1600, ttft_s=0.6, tokens_per_s=20)
-    server = double(["--served-model-name", "qwen"], env=env)
+    # a pool of 1,600 tokens holds one request of 1,024, not the checkpoint's 40,960
+    server = double(["--served-model-name", "qwen", "--max-model-len", "1024"], env=env)
     labels = 'engine="0",model_name="qwen"'
     text = get_text(server.base_url + "/metrics")[1]
     for name, kind in (("vllm:num_requests_running", "gauge"), ("vllm:kv_cache_usage_perc",
@@ -1413,3 +1414,48 @@ def test_a_log_line_is_written_in_one_call(monkeypatch):
     monkeypatch.setattr(sys, "stdout", out)
     server.log("vllm-double: prefill peak 23872 MiB per card")
     assert len(out.calls) == 1 and out.calls[0].endswith("prefill peak 23872 MiB per card\n")
+
+
+# --- the KV cache pool as vLLM 0.27.1 says it at start (issue 46, part 1) ----------------------
+
+def start_facts(text):
+    from ansible.module_utils.vllm_dual_fast_domain.envelope import engine_start_facts
+    return engine_start_facts(text)
+
+
+def test_the_double_logs_its_kv_pool_in_vllm_s_words(double, tmp_path):
+    env = double_env(tmp_path)
+    write_rig_knobs(env, kv_cache_tokens=100000)
+    server = double(["--max-model-len", "32K"], env=env)
+    assert server.chat()[0] == 200
+    # 100,000 tokens of 16 KiB; a request of 32K (32,768; 32k would be 32,000) holds 2,048
+    # blocks and 64 KiB of state: 3.05 of them, the pool's tokens counted as vLLM counts them
+    # for a hybrid model (concurrency x max_model_len)
+    concurrency = 100000 * 16384 / (65536 + 2048 * 16 * 16384)
+    assert "GPU KV cache size: 99,987 tokens" in server.stdout()
+    assert int(concurrency * 32768) == 99987
+    assert "Maximum concurrency for 32,768 tokens per request: 3.05x" in server.stdout()
+    assert start_facts(server.stdout()) == {
+        "kv_cache_tokens": 99987, "max_concurrency": 3.05, "concurrency_for_tokens": 32768,
+        "refused": {}}
+    # --kv-cache-memory-bytes sizes the pool, as on real vLLM (the fit pins it)
+    pinned = double(["--max-model-len", "4096", "--kv-cache-memory-bytes", "128M"], env=env)
+    assert start_facts(pinned.stdout())["max_concurrency"] == 2.0
+
+
+def test_a_max_model_len_the_pool_cannot_hold_is_refused_with_vllm_s_message(double, tmp_path):
+    env = double_env(tmp_path)
+    write_rig_knobs(env, kv_cache_tokens=3000)
+    result = run_vllm(["serve", "m", "--max-model-len", "4096"], env)
+    assert result.returncode == 1
+    assert "Application startup complete" not in result.stdout
+    assert ("ValueError: To serve at least one request with the model's max seq len (4096), "
+            "(0.06 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(0.05 GiB). Based on the available memory, the estimated maximum model length is "
+            "2992. Try increasing `gpu_memory_utilization`") in result.stderr, result.stderr
+    assert start_facts(result.stderr)["refused"] == {
+        "max_model_len": 4096, "needed_gib": 0.06, "available_gib": 0.05,
+        "estimated_max_model_len": 2992}
+    assert "GPU KV cache size" not in result.stdout
+    held = double(["--max-model-len", "2992"], env=env)    # the length it named starts
+    assert start_facts(held.stdout())["max_concurrency"] == 1.0

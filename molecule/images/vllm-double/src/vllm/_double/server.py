@@ -945,7 +945,7 @@ class Engine:
     def model_len(self) -> int:
         """--max-model-len, or the checkpoint's (the double's: 40960) when unset or auto."""
         length = self.max_model_len
-        return length if isinstance(length, int) and length > 0 else 40960
+        return length if isinstance(length, int) and length > 0 else DEFAULT_MAX_MODEL_LEN
 
     def metrics(self) -> str:
         """GET /metrics: vLLM's token counters, and its spec-decode counters when speculative
@@ -1179,6 +1179,78 @@ def gpu_error(args):
     return None
 
 
+# The KV pool's bytes per token of context on each rank (fp8 KV of the production model's
+# attention layers) and per sequence whatever its length (the hybrid model's recurrent GDN
+# state), the double's own figures. The pool is kv_cache_tokens tokens' worth of bytes unless
+# --kv-cache-memory-bytes names its size, as on real vLLM.
+KV_BYTES_PER_TOKEN = 16384
+DEFAULT_MAX_MODEL_LEN = 40960    # the double's checkpoint's (max_position_embeddings)
+KV_STATE_BYTES_PER_SEQUENCE = 65536
+GIB = 1 << 30
+
+
+def kv_needed_bytes(length: int) -> int:
+    """What one request of `length` tokens holds in the pool: its state and whole blocks."""
+    return KV_STATE_BYTES_PER_SEQUENCE + -(-int(length) // KV_BLOCK_TOKENS) * (
+        KV_BLOCK_TOKENS * KV_BYTES_PER_TOKEN)
+
+
+def kv_pool(args, knobs) -> dict:
+    """The KV cache pool this start gets, in vLLM's terms: {available_bytes, max_model_len,
+    needed_bytes (one request at max_model_len), max_concurrency (requests at max_model_len
+    the pool holds), tokens (max_concurrency x max_model_len, as vLLM counts the pool of a
+    hybrid model), estimated_max_model_len (the longest one request that fits: 0 none)}."""
+    available = getattr(args, "kv_cache_memory_bytes", None)
+    if not available:
+        available = int(knobs.get("kv_cache_tokens", 131072.0)) * KV_BYTES_PER_TOKEN
+    available = int(available)
+    block = KV_BLOCK_TOKENS * KV_BYTES_PER_TOKEN
+    # --max-model-len, or the checkpoint's when unset or auto (Engine.max_model_len's rule)
+    length = getattr(args, "max_model_len", None)
+    max_len = length if isinstance(length, int) and length > 0 else DEFAULT_MAX_MODEL_LEN
+    fits = available >= kv_needed_bytes(1)
+    longest = (available - KV_STATE_BYTES_PER_SEQUENCE) // block * KV_BLOCK_TOKENS if fits else 0
+    needed = kv_needed_bytes(max_len) if max_len else 0
+    concurrency = available / needed if needed else None
+    return {"available_bytes": available, "max_model_len": max_len or None,
+            "needed_bytes": needed, "max_concurrency": concurrency,
+            "tokens": int(concurrency * max_len) if concurrency else available // block
+            * KV_BLOCK_TOKENS,
+            "estimated_max_model_len": min(longest, max_len) if max_len else longest}
+
+
+def kv_pool_error(pool):
+    """vLLM 0.27.1's refusal of a max_model_len its KV pool cannot hold for one request
+    (vllm/v1/core/kv_cache_utils.py, _check_enough_kv_cache_memory; GiB as format_gib rounds
+    them), or None."""
+    if pool["available_bytes"] <= 0:
+        return ("ValueError: No available memory for the cache blocks. Try increasing "
+                "`gpu_memory_utilization` when initializing the engine (this flag also controls "
+                "CPU memory reservation on the CPU backend, despite its name). See "
+                "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+    if not pool["max_model_len"] or pool["needed_bytes"] <= pool["available_bytes"]:
+        return None
+    estimated = pool["estimated_max_model_len"]
+    said = (f"Based on the available memory, the estimated maximum model length is {estimated}. "
+            if estimated > 0 else "")
+    return (f"ValueError: To serve at least one request with the model's max seq len "
+            f"({pool['max_model_len']}), ({round(pool['needed_bytes'] / GIB, 2)} GiB KV cache is "
+            f"needed, which is larger than the available KV cache memory "
+            f"({round(pool['available_bytes'] / GIB, 2)} GiB). {said}Try increasing "
+            f"`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+            f"decreasing `max_model_len` when initializing the engine. See "
+            f"https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+
+
+def kv_pool_lines(pool) -> list:
+    """What vLLM 0.27.1 logs of its KV pool at start (kv_cache_utils.py, get_kv_cache_configs)."""
+    lines = [f"GPU KV cache size: {pool['tokens']:,} tokens"]
+    if pool["max_model_len"]:
+        lines.append(f"Maximum concurrency for {pool['max_model_len']:,} tokens per request: "
+                     f"{pool['max_concurrency']:.2f}x")
+    return lines
+
+
 def run_serve(args, argv) -> int:
     """Runs the double's server until SIGTERM/SIGINT or the crash; returns the exit code."""
     model = args.model_tag or args.model
@@ -1209,6 +1281,12 @@ def run_serve(args, argv) -> int:
     problem = gpu_error(args) or quantization_error(args) or cache_config_error(args)
     if problem is None and model_where.get("error"):
         problem = model_where["error"]
+    pool = kv_pool(args, knobs)
+    if problem is None:
+        problem = kv_pool_error(pool)
+    if problem is None:
+        for line in kv_pool_lines(pool):
+            log(line)
     if problem:
         sys.stderr.write(problem + "\n")
         return 1

@@ -80,6 +80,11 @@ ATTEMPTS = 3
 PAUSE_S = 1.0
 
 
+def pause_before_starting_again(seconds: float) -> None:
+    """The pause between two attempts (its own name: the tests count the attempts by it)."""
+    time.sleep(seconds)
+
+
 def never_started(returncode: int, stdout: bytes, pid: int) -> bool:
     """True for an exec the runtime refused before any process ran (safe to start again)."""
     return returncode == 126 and pid == 0 and stdout.lstrip().startswith(ENGINE_START_FAILURE)
@@ -113,5 +118,5 @@ class Connection(DockerApiConnection):
             display.warning(f"{self.get_option('remote_addr')}: the container runtime did not "
                             f"start the command ({refusal}); starting it again "
                             f"({attempt + 1}/{ATTEMPTS})")
-            time.sleep(PAUSE_S)
+            pause_before_starting_again(PAUSE_S)
         raise AssertionError("unreachable: the last attempt returns")

@@ -70,7 +70,7 @@ def attempts_of(module, monkeypatch, between=lambda: None):
     def pause(_seconds):
         pauses.append(_seconds)
         between()
-    monkeypatch.setattr(module.time, "sleep", pause)
+    monkeypatch.setattr(module, "pause_before_starting_again", pause)
     return pauses
 
 

@@ -7,7 +7,6 @@ illegal-memory-access abort) shows as an Xid 31 line at once."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,17 +14,12 @@ import uuid
 from datetime import datetime
 
 import pytest
+from docker_engine import needs_docker
 from kernel_log_stand_ins import install_kernel_log_tools
 
 DOUBLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                       "molecule/doubles/dmesg-double")
 XID = "NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=python3"
-
-needs_docker = pytest.mark.skipif(
-    shutil.which("docker") is None
-    or subprocess.run(["docker", "info"], capture_output=True).returncode != 0,
-    reason="needs the Docker engine make setup starts",
-)
 
 @pytest.fixture
 def tools(tmp_path):

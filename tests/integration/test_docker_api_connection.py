@@ -6,26 +6,16 @@ be caused on purpose; a working directory that does not exist yet makes runc ref
 the next one start."""
 
 import configparser
-import shutil
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+from docker_engine import docker, needs_docker
 
 ROOT = Path(__file__).resolve().parents[2]
 
-needs_docker = pytest.mark.skipif(
-    shutil.which("docker") is None
-    or subprocess.run(["docker", "info"], capture_output=True).returncode != 0,
-    reason="needs the Docker engine make setup starts")
-
-
-def docker(*args, check=True):
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check,
-                          timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from ansible.module_utils.vllm_dual_fast_domain.envelope import engine_start_facts  # noqa: E402
+from docker_engine import docker  # noqa: E402
 from engine_contract import compare, health_while_starting, observe  # noqa: E402
 from vllm_double_fixtures import (  # noqa: E402
     DOUBLE_SRC,
@@ -57,10 +58,6 @@ def serving():
     return (args[1:], filters.serve_environment(cfg), args[0], cfg["served_model_name"],
             int(cfg["max_model_len"]))
 
-
-def docker(*args, check=True, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
-                          check=check)
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 from ansible_runner import ROLE, run_playbook
+from docker_engine import docker, needs_docker
 from kernel_log_stand_ins import install_kernel_log_tools
 
 ROOT = Path(__file__).parents[2]
@@ -29,11 +29,6 @@ ROLE_VARS = {k: v for k, v in yaml.safe_load((ROLE / "vars/main.yml").read_text(
 GATHER_TASK = "Gather the health checks' evidence on the rig"
 KERNEL_LOG_TASK = "Read the kernel lines written since the window opened"
 IMAGE = "vdf-target:debian13"  # built by make images; has python3, like a vLLM image
-
-needs_docker = pytest.mark.skipif(
-    shutil.which("docker") is None
-    or subprocess.run(["docker", "info"], capture_output=True).returncode != 0,
-    reason="needs the Docker engine make setup starts")
 
 # Records its arguments and the time (the race check records its own) in a log, and answers as
 # smoke.py would: the smoke with its speed, or the soak.
@@ -89,10 +84,6 @@ def health_tasks_until(name):
     assert name in names, names
     return HEALTH[: names.index(name)]
 
-
-def docker(*args, check=True):
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check,
-                          timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from ansible.module_utils.vllm_dual_fast_domain import verdict as health
 from ansible_runner import ROLE, run_playbook
+from docker_engine import docker, needs_docker
 from kernel_log_stand_ins import install_kernel_log_tools
 
 ROOT = Path(__file__).parents[2]
@@ -111,11 +112,6 @@ def test_the_window_holds_both_clocks_of_one_boot(tmp_path):
     assert window["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
-needs_docker = pytest.mark.skipif(
-    shutil.which("docker") is None
-    or subprocess.run(["docker", "info"], capture_output=True).returncode != 0,
-    reason="needs the Docker engine make setup starts")
-
 
 @pytest.fixture(scope="module")
 def rig():
@@ -135,10 +131,6 @@ def rig():
     finally:
         docker("rm", "-f", name, check=False)
 
-
-def docker(*args, check=True):
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check,
-                          timeout=120)
 
 
 @needs_docker

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.module_utils.vllm_dual_fast_domain import release
+from docker_engine import docker
 from test_release_secrets import render, role_vars
 
 ROOT = Path(__file__).parents[2]
@@ -34,10 +35,6 @@ def test_each_release_keeps_its_image_under_its_own_tag():
     assert release.image_keep_tag("/opt/vllm-dual-fast/releases/0123456789abcdef/") == \
         "vllm-dual-fast-release:0123456789abcdef"
 
-
-def docker(*args, check=True):
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check,
-                          timeout=120)
 
 
 def engine_up():

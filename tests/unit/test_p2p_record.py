@@ -37,6 +37,8 @@ def slurped(record):
 def test_the_key_is_what_the_answer_holds_for():
     assert KEY == {"gpu_identity": IDENTITY, "image_id": "sha256:aa", "backend": "nccl",
                    "nvlink": False}
+    assert p2p.p2p_check_key(IDENTITY, "sha256:aa", "nccl", "False") == KEY
+    assert p2p.p2p_check_key(IDENTITY, "sha256:aa", "nccl", "True")["nvlink"] is True
 
 
 def test_a_run_checks_when_nothing_kept_holds_for_its_key():

@@ -15,8 +15,11 @@ MODES = ("changed", "always", "never")
 
 def p2p_check_key(gpu_identity, image_id, backend, nvlink) -> dict:
     """What a check's answer holds for."""
+    # a fact may arrive as text ("False"), which bool() would read as true
+    linked = nvlink if isinstance(nvlink, bool) else str(nvlink).strip().lower() in (
+        "true", "yes", "1")
     return {"gpu_identity": str(gpu_identity or "").strip(), "image_id": str(image_id or ""),
-            "backend": str(backend or ""), "nvlink": bool(nvlink)}
+            "backend": str(backend or ""), "nvlink": linked}
 
 
 def p2p_stored(slurped) -> dict:

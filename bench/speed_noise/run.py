@@ -56,7 +56,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOUBLE_SRC = ROOT / "molecule" / "images" / "vllm-double" / "src"
 FILES = ROOT / "files"
-GATE = ROOT / "roles" / "vllm_dual_fast" / "module_utils" / "vllm_dual_fast_domain" / "verdict.py"
+# The gate is the role's domain library, imported as Ansible and the tests import it (its modules
+# import each other as ansible.module_utils.vllm_dual_fast_domain.*).
+MODULE_UTILS = ROOT / "roles" / "vllm_dual_fast" / "module_utils"
 MODEL = "bench"
 # What the role passes (tasks/health.yml, defaults/main.yml).
 ROLE_GATE = {"max_drop_pct": 10.0, "ttft_floor_s": 0.05, "rate_floor_tps": 1.0}
@@ -75,7 +77,11 @@ def load(name: str, path: Path):
 smoke = load("smoke", FILES / "smoke.py")
 smoke_speed = load("smoke_speed", FILES / "smoke_speed.py")
 smoke_long = load("smoke_long", FILES / "smoke_long.py")
-gate = load("vllm_dual_fast_health", GATE)
+import ansible.module_utils  # noqa: E402
+
+if str(MODULE_UTILS) not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(MODULE_UTILS))
+from ansible.module_utils.vllm_dual_fast_domain import verdict as gate  # noqa: E402
 
 
 def free_port() -> int:

@@ -247,13 +247,19 @@ def double_factory(tmp_path: Path):
 ROLE = ROOT / "roles" / "vllm_dual_fast"
 
 
-def role_filters():
-    """The role's filter plugin module (roles/vllm_dual_fast/filter_plugins/vllm_dual_fast.py)."""
+def role_filter_file(name: str = "vllm_dual_fast"):
+    """One of the role's filter plugin files (roles/vllm_dual_fast/filter_plugins/<name>.py),
+    loaded on its own as Ansible loads each."""
     spec = importlib.util.spec_from_file_location(
-        "vdf_role_filters", ROLE / "filter_plugins" / "vllm_dual_fast.py")
+        f"vdf_role_{name}", ROLE / "filter_plugins" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def role_filters():
+    """The role's serve filters (filter_plugins/vllm_dual_fast.py)."""
+    return role_filter_file()
 
 
 def role_cfg(**overrides) -> dict:
@@ -268,11 +274,8 @@ def role_cfg(**overrides) -> dict:
     variables = dict(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()), **overrides)
     env = NativeEnvironment()
     env.filters.update(FilterModule().filters())  # bool, to_json, ... as Ansible has them
-    spec = importlib.util.spec_from_file_location(    # the P2P check's decision (p2p_check.yml)
-        "vdf_role_p2p_filters", ROLE / "filter_plugins" / "vllm_dual_fast_p2p.py")
-    p2p_filters = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(p2p_filters)
-    env.filters.update(p2p_filters.FilterModule().filters())
+    # the P2P check's decision (p2p_check.yml), which _cfg's p2p_decision reads
+    env.filters.update(role_filter_file("vllm_dual_fast_p2p").FilterModule().filters())
     return {key: env.from_string(value).render(variables) if isinstance(value, str) else value
             for key, value in cfg.items()}
 

@@ -104,6 +104,23 @@ def test_smi_reports_what_a_speed_ran_at(smi_env):
     assert rows == [["83", "1410", "0x0000000000000020"]] * 2
 
 
+def test_smi_memory_is_what_the_vllm_double_holds_on_the_cards(smi_env, tmp_path):
+    """The fit reads memory.used and memory.free while the engine works: the vLLM double writes
+    what it holds, the nvidia-smi double reports it on every card (total = used + free + 256
+    reserved, as the real tool's figures add up); no file, nothing holds memory."""
+    used_file = tmp_path / "vllm-double-gpu.json"
+    Path(smi_env["NVIDIA_SMI_DOUBLE_CONFIG"]).write_text(json.dumps(
+        {"memory_used_file": str(used_file)}))
+    query = ("--query-gpu=index,memory.used,memory.free,memory.total",
+             "--format=csv,noheader,nounits")
+    assert parse_csv(smi(smi_env, *query).stdout) == [["0", "1", "24319", "24576"],
+                                                      ["1", "1", "24319", "24576"]]
+    used_file.write_text(json.dumps({"used_mib": 23872, "card_mib": 24576}))
+    assert parse_csv(smi(smi_env, *query).stdout)[1] == ["1", "23872", "448", "24576"]
+    used_file.write_text(json.dumps({"used_mib": 99999}))    # never more than the card has
+    assert parse_csv(smi(smi_env, *query).stdout)[0][1:3] == ["24320", "0"]
+
+
 def test_smi_list_gpus(smi_env):
     lines = smi(smi_env, "-L").stdout.splitlines()
     assert len(lines) == 2

@@ -1435,12 +1435,19 @@ def test_the_double_logs_its_kv_pool_in_vllm_s_words(double, tmp_path):
     assert "GPU KV cache size: 99,987 tokens" in server.stdout()
     assert int(concurrency * 32768) == 99987
     assert "Maximum concurrency for 32,768 tokens per request: 3.05x" in server.stdout()
-    assert start_facts(server.stdout()) == {
+    facts = start_facts(server.stdout())
+    assert {k: facts[k] for k in ("kv_cache_tokens", "max_concurrency", "concurrency_for_tokens",
+                                  "refused")} == {
         "kv_cache_tokens": 99987, "max_concurrency": 3.05, "concurrency_for_tokens": 32768,
         "refused": {}}
+    # the GPU worker's lines: the pool it got, and the one to pin (the same, on the double)
+    assert facts["available_kv_gib"] == round(100000 * 16384 / 2**30, 2)
+    assert facts["kv_cache_memory_to_fit"] == 100000 * 16384
     # --kv-cache-memory-bytes sizes the pool, as on real vLLM (the fit pins it)
     pinned = double(["--max-model-len", "4096", "--kv-cache-memory-bytes", "128M"], env=env)
     assert start_facts(pinned.stdout())["max_concurrency"] == 2.0
+    assert start_facts(pinned.stdout())["pinned_kv_gib"] == 0.12
+    assert "Available KV cache memory" not in pinned.stdout()
 
 
 def test_a_max_model_len_the_pool_cannot_hold_is_refused_with_vllm_s_message(double, tmp_path):
@@ -1459,3 +1466,78 @@ def test_a_max_model_len_the_pool_cannot_hold_is_refused_with_vllm_s_message(dou
     assert "GPU KV cache size" not in result.stdout
     held = double(["--max-model-len", "2992"], env=env)    # the length it named starts
     assert start_facts(held.stdout())["max_concurrency"] == 1.0
+
+
+def test_streams_the_pool_cannot_hold_together_wait_and_count_as_preempted(double, tmp_path):
+    """The fit's signal: 4 streams of 1,000-token prompts over a pool of 3,300 tokens. Three
+    hold together (3 x 1,024 tokens in blocks); the fourth waits for room and counts once in
+    vllm:num_preemptions_total, while vllm:num_requests_waiting shows it."""
+    env = double_env(tmp_path)
+    write_rig_knobs(env, kv_cache_tokens=3300, ttft_s=0.2, tokens_per_s=20)
+    server = double(["--served-model-name", "qwen", "--max-model-len", "2048"], env=env)
+    labels = 'engine="0",model_name="qwen"'
+
+    def prompt(n):
+        return {"model": "qwen", "max_tokens": 10, "ignore_eos": True, "messages": [
+            {"role": "user", "content": " ".join([f"nonce{n}"] + ["w"] * 995)}]}
+
+    def burst(streams):
+        threads = [threading.Thread(target=http, args=(
+            "POST", server.base_url + "/v1/chat/completions", prompt(n))) for n in range(streams)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)
+        seen = metric_samples(get_text(server.base_url + "/metrics")[1])
+        for thread in threads:
+            thread.join()
+        return seen, metric_samples(get_text(server.base_url + "/metrics")[1])
+
+    during, after = burst(3)
+    assert after[f"vllm:num_preemptions_total{{{labels}}}"] == 0.0
+    assert during[f"vllm:num_requests_waiting{{{labels}}}"] == 0.0
+    during, after = burst(4)
+    assert during[f"vllm:num_requests_waiting{{{labels}}}"] == 1.0
+    assert during[f"vllm:num_requests_running{{{labels}}}"] == 3.0
+    assert after[f"vllm:num_preemptions_total{{{labels}}}"] == 1.0
+    assert after[f"vllm:num_requests_waiting{{{labels}}}"] == 0.0
+
+
+def test_the_model_recalls_a_needle_and_only_when_asked(double):
+    server = double()
+    needle = "The secret number is 73519."
+    text = " ".join(["filler"] * 300 + [needle] + ["filler"] * 300)
+    asked = {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user",
+         "content": f"{text}\nWhat is the secret number? Reply with the number only."}]}
+    status, body = http("POST", server.base_url + "/v1/chat/completions", asked)
+    assert status == 200 and body["choices"][0]["message"]["content"] == "73519"
+    missing = {**asked, "messages": [{"role": "user", "content": asked["messages"][0][
+        "content"].replace(needle, "")}]}
+    status, body = http("POST", server.base_url + "/v1/chat/completions", missing)
+    assert status == 200 and "73519" not in body["choices"][0]["message"]["content"]
+
+
+def test_the_cards_memory_is_written_where_the_nvidia_smi_double_reads_it(double, tmp_path):
+    """$HF_HOME/vllm-double-gpu.json: the budget between steps, a long prefill's peak while it
+    runs, the budget again after; a pinned pool moves it by its difference."""
+    env = double_env(tmp_path)
+    (tmp_path / "hf").mkdir()
+    write_rig_knobs(env, kv_cache_tokens=131072, ttft_s=1.0, tokens_per_s=50)
+    server = double(["--max-model-len", "8192", "--gpu-memory-utilization", "0.9"], env=env)
+    path = tmp_path / "hf" / "vllm-double-gpu.json"
+    idle = json.loads(path.read_text())
+    assert idle["used_mib"] == round(0.9 * 24576) and idle["card_mib"] == 24576
+    payload = {"model": "m", "max_tokens": 4, "messages": [
+        {"role": "user", "content": " ".join(["w"] * 4000)}]}
+    busy = threading.Thread(target=http, args=("POST", server.base_url + "/v1/chat/completions",
+                                               payload))
+    busy.start()
+    time.sleep(0.5)
+    peak = json.loads(path.read_text())["used_mib"]
+    busy.join()
+    assert peak > idle["used_mib"]
+    assert json.loads(path.read_text())["used_mib"] == idle["used_mib"]
+    server.stop()
+    double(["--max-model-len", "8192", "--kv-cache-memory-bytes", str(131072 * 16384 - 2**30)],
+           env=env)
+    assert json.loads(path.read_text())["used_mib"] == round(0.9 * 24576) - 1024

@@ -17,6 +17,13 @@ REFUSAL = re.compile(
     r"cache is needed, which is larger than the available KV cache memory \(([\d.]+) GiB\)\. "
     r"(?:Based on the available memory, the estimated maximum model length is (\d+)\. )?")
 NO_POOL = "No available memory for the cache blocks."
+# vLLM 0.27.1's GPU worker (v1/worker/gpu_worker.py): what a profiled start got, and after warm-up
+# the pool that fits the requested memory (the one to pin: the other fills the card, and a
+# transient peak then has nowhere to go)
+AVAILABLE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+TO_FIT = re.compile(r"`--kv-cache-memory=(\d+)` \([\d.]+ GiB\) to fit into requested memory")
+PINNED = re.compile(r"reserved ([\d.]+) GiB memory for KV Cache as specified by "
+                    r"kv_cache_memory_bytes")
 
 
 def _int(text: str) -> int:
@@ -25,7 +32,9 @@ def _int(text: str) -> int:
 
 def engine_start_facts(log_text) -> dict:
     """What one start's log says of the KV pool: {kv_cache_tokens, max_concurrency,
-    concurrency_for_tokens} (None where not said: the engine did not get that far), and
+    concurrency_for_tokens, available_kv_gib, kv_cache_memory_to_fit (bytes: vLLM's own
+    suggestion for --kv-cache-memory-bytes), pinned_kv_gib} (None where not said: the engine did
+    not get that far, a CPU build, a pinned start), and
     refused: {} or {max_model_len, needed_gib, available_gib, estimated_max_model_len (0 when
     vLLM gave none)}. The last of each line counts (a log of several starts)."""
     text = str(log_text or "")
@@ -40,7 +49,12 @@ def engine_start_facts(log_text) -> dict:
     elif NO_POOL in text:
         refused = {"max_model_len": None, "needed_gib": None, "available_gib": 0.0,
                    "estimated_max_model_len": 0}
-    return {"kv_cache_tokens": _int(pools[-1]) if pools else None,
+    available, to_fit, pinned = AVAILABLE.findall(text), TO_FIT.findall(text), PINNED.findall(text)
+    # On every rank the same pool: the smallest said is what the engine can count on.
+    return {"available_kv_gib": min(float(v) for v in available) if available else None,
+            "kv_cache_memory_to_fit": min(int(v) for v in to_fit) if to_fit else None,
+            "pinned_kv_gib": float(pinned[-1]) if pinned else None,
+            "kv_cache_tokens": _int(pools[-1]) if pools else None,
             "max_concurrency": float(concurrency[-1][1]) if concurrency else None,
             "concurrency_for_tokens": _int(concurrency[-1][0]) if concurrency else None,
             "refused": refused}

@@ -567,6 +567,21 @@ def arithmetic_answer(messages):
     return str(int(match.group(1)) + int(match.group(2))) if match else None
 
 
+NEEDLE = re.compile(r"The secret number is (\d+)\.")
+NEEDLE_QUESTION = "What is the secret number? Reply with the number only."
+
+
+def needle_answer(messages):
+    """The production model recalls a needle (the double stands in for it): when the last user
+    message ends with NEEDLE_QUESTION, the number of the last "The secret number is N." in the
+    messages, else None (no needle: it answers as usual)."""
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    if not users or not message_text(users[-1]).strip().endswith(NEEDLE_QUESTION):
+        return None
+    found = NEEDLE.findall("\n".join(message_text(m) for m in messages))
+    return found[-1] if found else None
+
+
 def thinking_off(body: dict) -> bool:
     kwargs = body.get("chat_template_kwargs")
     return isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False
@@ -603,7 +618,8 @@ class Engine:
 
     def __init__(self, served_names, api_keys, crash_armed=False, crash_inflight=4,
                  reasoning=False, max_model_len=None, root=None, knobs=None,
-                 num_speculative_tokens=0, prefix_caching=True, memory=None):
+                 num_speculative_tokens=0, prefix_caching=True, memory=None,
+                 kv_cache_tokens=None, gpu_memory_file=None, idle_used_mib=None):
         self.served_names = list(served_names)
         self.root = root or self.served_names[0]
         self.api_keys = [k for k in api_keys if k]
@@ -637,8 +653,17 @@ class Engine:
         self.lock = threading.Lock()
         self.dead = threading.Event()
         self.in_flight = 0
-        self.kv_cache_tokens = knobs.get("kv_cache_tokens", 131072.0)
+        # The pool this start got (kv_pool: --kv-cache-memory-bytes, else the knob)
+        self.kv_cache_tokens = (kv_cache_tokens if kv_cache_tokens
+                                else knobs.get("kv_cache_tokens", 131072.0))
         self.kv_tokens_in_use = 0
+        self.preemptions = 0
+        self.waiting = 0
+        # What the cards hold between steps (the engine's budget), and where nvidia-smi's
+        # double reads it (gpu_memory_file; None: not written)
+        self.idle_used_mib = idle_used_mib if idle_used_mib else self.memory["budget_mib"]
+        self.gpu_memory_file = gpu_memory_file
+        self.write_gpu_memory(self.idle_used_mib)
         self.ttft_buckets = [0] * len(TTFT_BUCKETS)
         self.ttft_sum = 0.0
         self.ttft_count = 0
@@ -647,6 +672,43 @@ class Engine:
         self.generation_tokens_total = 0
         self.crash = self._crash
         self.die = self._die
+
+    def write_gpu_memory(self, used_mib: float) -> None:
+        """Writes what each card holds now (MiB) where the nvidia-smi double reads it: the GPU
+        memory both see, as the driver would report it (written whole, then renamed)."""
+        if not self.gpu_memory_file:
+            return
+        temporary = f"{self.gpu_memory_file}.{os.getpid()}.tmp"
+        try:
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump({"used_mib": round(used_mib), "card_mib": self.memory["card_mib"],
+                           "time": time.time()}, handle)
+            os.replace(temporary, self.gpu_memory_file)
+        except OSError as exc:
+            log(f"WARNING cannot write {self.gpu_memory_file}: {exc}")
+
+    def admit(self, kv_tokens: int) -> bool:
+        """Waits until the pool holds this request's blocks beside those in flight. A request
+        that had to wait was preempted once (assumed, after vLLM V1's RECOMPUTE preemption: the
+        scheduler takes the newest running request's blocks back when the others need them,
+        and its prefill runs again): counted in vllm:num_preemptions_total. False when the
+        engine died meanwhile."""
+        waited = False
+        while True:
+            with self.lock:
+                if (not self.kv_tokens_in_use
+                        or self.kv_tokens_in_use + kv_tokens <= self.kv_cache_tokens):
+                    self.kv_tokens_in_use += kv_tokens
+                    self.preemptions += waited
+                    self.waiting -= waited
+                    return True
+                if not waited:
+                    self.waiting += 1
+            waited = True
+            if not self.wait(0.02):
+                with self.lock:
+                    self.waiting -= 1
+                return False
 
     def fault(self, kind: str, ordinal: int = 0) -> bool:
         if kind not in self.faults:
@@ -734,12 +796,16 @@ class Engine:
                 for entry in self.prefilling.values():
                     if total > entry["peak"]:
                         entry.update(peak=total, seqs=seqs)
+            self.write_gpu_memory(total - self.memory["budget_mib"] + self.idle_used_mib)
             if total > self.memory["card_mib"]:
                 self.oom(mib, total, seqs)
         alive = self.wait(plan["ttft"])
         if mib:
             with self.lock:
                 entry = self.prefilling.pop(key)
+                still = [e["tokens"] for e in self.prefilling.values()]
+                now = step_peak_mib(self.memory, still, self.in_flight)
+            self.write_gpu_memory(now - self.memory["budget_mib"] + self.idle_used_mib)
             log(f"vllm-double: prefill peak {entry['peak']:.0f} MiB per card "
                 f"({plan['prefill_tokens']} prompt tokens to prefill, {entry['seqs']} "
                 "sequences in prefill)")
@@ -791,8 +857,9 @@ class Engine:
             # the request's KV blocks, held until it ends
             kv_tokens = -(-(plan["prompt_tokens"] + answer["generated"]) // KV_BLOCK_TOKENS) \
                 * KV_BLOCK_TOKENS
-            with self.lock:
-                self.kv_tokens_in_use += kv_tokens
+            if not self.admit(kv_tokens):
+                kv_tokens = 0
+                return 500, error_body(ENGINE_DEAD, "InternalServerError", 500)
             if not self.prefill(plan):
                 return 500, error_body(ENGINE_DEAD, "InternalServerError", 500)
             decode_s = plan["interval"] * max(answer["generated"] - 1, 0)
@@ -841,6 +908,8 @@ class Engine:
         reasoning_tokens = min(max_tokens, 8) if thinking else 0
         ignore_eos = body.get("ignore_eos") is True
         total = arithmetic_answer(messages) if not ignore_eos else None
+        if total is None and not ignore_eos:
+            total = needle_answer(messages)
         if total is not None:
             content = [total][:max_tokens - reasoning_tokens]
         else:
@@ -953,14 +1022,15 @@ class Engine:
         labels = f'engine="0",model_name="{prom_label(self.served_names[0])}"'
         with self.lock:
             prompt, generated = self.prompt_tokens_total, self.generation_tokens_total
+            preemptions = self.preemptions
         families = [
             ("vllm:prompt_tokens", "Number of prefill tokens processed.", [(labels, prompt)]),
             ("vllm:generation_tokens", "Number of generation tokens processed.",
              [(labels, generated)]),
-            # The double never preempts (its KV cache is a count); the real vLLM exports it
-            # from the start, and the alert rules read it.
+            # Requests that waited for the pool (Engine.admit); the real vLLM exports it from
+            # the start, and the alert rules and the fit read it.
             ("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-             [(labels, 0)]),
+             [(labels, preemptions)]),
         ]
         if self.spec_tokens >= 1 and self.spec_metrics != "dropped":
             counts = spec_counts(generated, self.spec_tokens, self.acceptance)
@@ -981,12 +1051,14 @@ class Engine:
                         for name, text, samples in spec]
             families += spec
         with self.lock:
-            running, kv_tokens = self.in_flight, self.kv_tokens_in_use
+            running, kv_tokens = self.in_flight - self.waiting, self.kv_tokens_in_use
+            waiting = self.waiting
             buckets, ttft_sum, ttft_count = list(self.ttft_buckets), self.ttft_sum, self.ttft_count
         gauges = [
             ("vllm:num_requests_running", "Number of requests in model execution batches.",
              running),
-            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 0),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+             waiting),
             ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
              min(kv_tokens / self.kv_cache_tokens, 1.0)),
         ]
@@ -1251,6 +1323,59 @@ def kv_pool_lines(pool) -> list:
     return lines
 
 
+MIB = 1 << 20
+CUDA_GRAPH_BYTES = 512 * MIB   # assumed: what the double's CUDA graphs take beside the pool
+GPU_MEMORY_FILE = "vllm-double-gpu.json"   # in $HF_HOME: what the nvidia-smi double reads
+
+
+def format_gib(size: float) -> str:
+    """vLLM's format_gib (vllm/utils/mem_utils.py): GiB rounded to 2 places."""
+    return f"{round(size / GIB, 2)}"
+
+
+def gpu_worker_lines(args, pool, memory) -> list:
+    """What vLLM 0.27.1's GPU worker logs of its memory at start (v1/worker/gpu_worker.py, read
+    from the real image's source): a pinned pool (--kv-cache-memory-bytes) skips profiling and
+    says so; a profiled one says what it got ("Available KV cache memory") and, after warm-up,
+    the two pool sizes it would pin to (to fit into the requested memory, to fill the card).
+    The double's terms (assumed): the card's free memory at start is torch's capacity, CUDA
+    graphs 512 MiB, peak activation one full-budget step, the rest of the budget consumed."""
+    free = memory["capacity_mib"] * MIB
+    requested = memory["budget_mib"] * MIB
+    pinned = getattr(args, "kv_cache_memory_bytes", None)
+    if pinned:
+        return [f"Initial free memory {format_gib(free)} GiB, reserved {format_gib(pinned)} GiB "
+                "memory for KV Cache as specified by kv_cache_memory_bytes config and skipped "
+                "memory profiling. This does not respect the gpu_memory_utilization config. "
+                "Only use kv_cache_memory_bytes config when you want manual control of KV cache "
+                "memory size. If OOM'ed, check the difference of initial free memory between "
+                "the current run and the previous run where kv_cache_memory_bytes is suggested "
+                "and update it correspondingly."]
+    available = pool["available_bytes"]
+    peak = memory["per_ktoken_mib"] * memory["max_num_batched_tokens"] / 1024 * MIB
+    consumed = max(requested - available - peak - CUDA_GRAPH_BYTES, 0)
+    non_kv = consumed + peak + CUDA_GRAPH_BYTES
+    to_fit, to_gpu = int(requested - non_kv), int(free - non_kv)
+    return [
+        f"Available KV cache memory: {format_gib(available)} GiB",
+        f"Free memory on device ({format_gib(free)}/{format_gib(memory['card_mib'] * MIB)} GiB) "
+        f"on startup. Desired GPU memory utilization is ({memory['gpu_memory_utilization']}, "
+        f"{format_gib(requested)} GiB). Actual usage is {format_gib(consumed)} GiB for consumed "
+        f"memory (weights + non-torch), {format_gib(peak)} GiB for peak activation, and "
+        f"{format_gib(CUDA_GRAPH_BYTES)} GiB for CUDAGraph memory. Replace "
+        f"gpu_memory_utilization config with `--kv-cache-memory={to_fit}` ({format_gib(to_fit)} "
+        f"GiB) to fit into requested memory, or `--kv-cache-memory={to_gpu}` "
+        f"({format_gib(to_gpu)} GiB) to fully utilize gpu memory. Current kv cache memory in use "
+        f"is {format_gib(available)} GiB."]
+
+
+def gpu_memory_path():
+    """$HF_HOME/vllm-double-gpu.json when $HF_HOME is a folder (the host's model cache), else
+    None."""
+    home = os.environ.get("HF_HOME", "")
+    return os.path.join(home, GPU_MEMORY_FILE) if home and os.path.isdir(home) else None
+
+
 def run_serve(args, argv) -> int:
     """Runs the double's server until SIGTERM/SIGINT or the crash; returns the exit code."""
     model = args.model_tag or args.model
@@ -1285,7 +1410,9 @@ def run_serve(args, argv) -> int:
     if problem is None:
         problem = kv_pool_error(pool)
     if problem is None:
-        for line in kv_pool_lines(pool):
+        worker = gpu_worker_lines(args, pool, memory)
+        # the GPU worker says what it got before the pool is laid out, and its hint after
+        for line in worker[:1] + kv_pool_lines(pool) + worker[1:]:
             log(line)
     if problem:
         sys.stderr.write(problem + "\n")
@@ -1302,7 +1429,13 @@ def run_serve(args, argv) -> int:
                     crash_armed=decision["armed"], crash_inflight=decision["crash_inflight"],
                     reasoning=bool(args.reasoning_parser), max_model_len=args.max_model_len,
                     root=model, knobs=knobs, num_speculative_tokens=speculative_tokens(args),
-                    prefix_caching=args.enable_prefix_caching is not False, memory=memory)
+                    prefix_caching=args.enable_prefix_caching is not False, memory=memory,
+                    kv_cache_tokens=pool["available_bytes"] // KV_BYTES_PER_TOKEN,
+                    gpu_memory_file=gpu_memory_path(),
+                    # a pinned pool moves what the cards hold by its difference from the
+                    # profiled one (the knob's)
+                    idle_used_mib=memory["budget_mib"] + (pool["available_bytes"] - int(
+                        knobs.get("kv_cache_tokens", 131072.0)) * KV_BYTES_PER_TOKEN) / MIB)
     if knobs:
         log(f"rig knobs from $HF_HOME/{RIG_KNOBS}: {json.dumps(knobs, sort_keys=True)}")
     server = make_server(engine, args.host or "0.0.0.0", args.port)

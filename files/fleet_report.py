@@ -491,6 +491,8 @@ def row_for(host: str, report=None, state=None, missing_state=False, now=None,
         "lan_bind": _text(report.get("lan_bind")),
         "tls_fingerprint_sha256": _text(report.get("tls_fingerprint_sha256")),
         "gates_unseen": gates_unseen(report),
+        # The rig's envelope (playbooks/fit.yml), as its report shows it: {} when never fitted.
+        "envelope": envelope_of(report),
         "healthy": _healthy(report) if report else None,
         "checked_at": _text(report.get("checked_at")),
         "report_from": report.get("_from"),
@@ -647,6 +649,39 @@ def table_row(row: dict) -> list:
 APART_COLUMNS = ("Host", "State", "Release", "Patch", "Report from", "Checked at", "Reason")
 
 
+def envelope_of(report) -> dict:
+    """The envelope a rig's report shows (max_num_seqs, max_model_len, max_num_batched_tokens,
+    kv_cache_memory_bytes, measured_at, report), {} when none: never fitted, or a report from
+    before the field."""
+    envelope = report.get("envelope")
+    if not isinstance(envelope, dict):
+        return {}
+    keys = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes",
+            "measured_at", "report")
+    return {key: envelope.get(key) for key in keys if envelope.get(key) is not None}
+
+
+def envelope_lines(rows) -> list:
+    """Markdown lines after the footer: each rig's envelope (what its fit measured it holds), and
+    the rigs never fitted, named."""
+    if not any(r.get("envelope") for r in rows):
+        return []
+    out = ["", "Envelopes (playbooks/fit.yml: the most sequences and context each rig holds):", ""]
+    for row in rows:
+        envelope = row.get("envelope") or {}
+        if not envelope:
+            out.append(f"- {row['host']}: not fitted")
+            continue
+        pinned = envelope.get("kv_cache_memory_bytes")
+        out.append(
+            f"- {row['host']}: {envelope.get('max_num_seqs')} sequences x "
+            f"{envelope.get('max_model_len'):,} tokens, {envelope.get('max_num_batched_tokens'):,} "
+            f"batched, KV pool "
+            + (f"pinned at {pinned / 2**30:.2f} GiB" if pinned else "profiled at each start")
+            + f"; measured {envelope.get('measured_at')} ({envelope.get('report')})")
+    return out
+
+
 def tls_lines(rows) -> list:
     """Markdown lines after the footer: each LAN rig's certificate fingerprint, for clients to
     pin (curl --cacert inventory/tls/<rig>.pem checks the same certificate)."""
@@ -684,6 +719,7 @@ def render_markdown(fleet: dict) -> str:
             out.append("| " + " | ".join(cells + [_cell(row["reason"]) if row["reason"]
                                                   else ""]) + " |")
     out += tls_lines(fleet["rows"])
+    out += envelope_lines(fleet["rows"])
     forged = fleet.get("not_verified") or []
     if forged:
         out += ["", f"{len(forged)} uploaded report{'s' if len(forged) != 1 else ''} not "

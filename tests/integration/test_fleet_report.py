@@ -1044,3 +1044,22 @@ def test_each_lan_rigs_certificate_fingerprint_is_listed_for_clients_to_pin():
     assert f"- lan 0.0.0.0:8000: {FP}" in tail
     assert "- blind 0.0.0.0:8000: NOT READ" in tail and "- local" not in tail
 
+
+
+def test_each_rigs_envelope_is_listed_and_a_rig_never_fitted_is_named():
+    envelope = {"max_num_seqs": 3, "max_model_len": 65536, "max_num_batched_tokens": 2048,
+                "kv_cache_memory_bytes": 1081344000, "kv_cache_tokens": 65995,
+                "measured_at": "2026-12-07T01:16:29Z", "report": "fit-fitted-1.json"}
+    rigs = {"fitted": report("fitted", envelope=envelope), "plain": report("plain"),
+            "old": report("old", envelope="garbage")}
+    result = fleet.build_fleet(rigs, {}, "now")
+    rows = {r["host"]: r for r in result["rows"]}
+    assert rows["fitted"]["envelope"]["max_num_seqs"] == 3
+    assert rows["plain"]["envelope"] == {} and rows["old"]["envelope"] == {}
+    tail = fleet.render_markdown(result).split("Envelopes (playbooks/fit.yml")[1]
+    assert ("- fitted: 3 sequences x 65,536 tokens, 2,048 batched, KV pool pinned at 1.01 GiB; "
+            "measured 2026-12-07T01:16:29Z (fit-fitted-1.json)") in tail
+    assert "- plain: not fitted" in tail
+    # a fleet no fit has measured says nothing of envelopes
+    assert "Envelopes" not in fleet.render_markdown(fleet.build_fleet({"plain": report("plain")},
+                                                                      {}, "now"))

@@ -95,9 +95,17 @@ def test_the_role_argv_passes_the_check(tmp_path):
     for argv in (role_serve_args(),
                  role_serve_args(vllm_dual_fast_model_revision="v2",
                                  vllm_dual_fast_quantization="inc"),
-                 role_serve_args(vllm_dual_fast_tool_calling=False)):
+                 role_serve_args(vllm_dual_fast_tool_calling=False),
+                 # the pool a fit pinned (playbooks/fit.yml)
+                 role_serve_args(vllm_dual_fast_kv_cache_memory_bytes=1081344000)):
         code, result = check(tmp_path, json.dumps(argv))
         assert (code, result["error"]) == (0, None), argv
+
+
+def test_the_pool_is_pinned_only_when_a_fit_set_it():
+    assert "--kv-cache-memory-bytes" not in role_serve_args()
+    argv = role_serve_args(vllm_dual_fast_kv_cache_memory_bytes=1081344000)
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == "1081344000"
 
 
 @pytest.mark.parametrize("name", ["auto_round", "auto-round", "INC"])

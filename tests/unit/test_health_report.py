@@ -614,3 +614,40 @@ def test_the_report_names_the_image_the_serving_container_runs():
     assert other["image_id"] == moved and not other["healthy"]
     [line] = lines(other, "switch")
     assert "not the release's" in line and moved[:19] in line
+
+
+# --- the envelope gate (issue 46: what a fit measured, held at every start) ---
+ENVELOPE = {"max_num_seqs": 3, "max_model_len": 65536, "max_num_batched_tokens": 2048,
+            "kv_cache_memory_bytes": 1081344000, "kv_cache_tokens": 65995,
+            "max_concurrency": 1.01, "streams": 3, "aggregate_tokens_per_s": 70.6,
+            "ttft_s_max": 0.6, "measured_at": "2026-12-07T01:16:29Z",
+            "report": "fit-rig-a-20261207T011437Z.json"}
+
+
+def started_with(tokens):
+    """The engine log of a start whose pool holds `tokens` (vLLM 0.27.1's line)."""
+    line = f"(EngineCore pid=25) INFO 12-07 01:16:00 [kv_cache_utils.py:2235] GPU KV cache " \
+           f"size: {tokens:,} tokens"
+    return {"rc": 0, "stdout": line, "stdout_lines": [line]}
+
+
+def test_a_start_with_a_smaller_pool_than_the_envelope_fails_health():
+    settings = {**SETTINGS, "envelope": ENVELOPE}
+    report = report_of(evidence(settings=settings, engine_log=started_with(50000)))
+    assert lines(report, "envelope") == [
+        "KV pool 50,000 tokens, under the 65,995 the envelope (3 sequences) was measured with "
+        "(fit report fit-rig-a-20261207T011437Z.json)"]
+    assert report["kv_pool"]["kv_cache_tokens"] == 50000
+    assert report["envelope"]["report"] == ENVELOPE["report"]
+    assert "streams" not in report["envelope"]    # the settings and pool, not the figures
+
+
+def test_the_pool_the_envelope_was_measured_with_passes_and_no_envelope_is_off():
+    settings = {**SETTINGS, "envelope": ENVELOPE}
+    held = report_of(evidence(settings=settings, engine_log=started_with(65995)))
+    assert held["healthy"] and held["judged"]["envelope"]["result"] == "pass"
+    unseen = report_of(evidence(settings=settings))    # an unchanged container: no start seen
+    assert unseen["healthy"] and unseen["judged"]["envelope"]["result"] == "not-comparable"
+    never = report_of(evidence(engine_log=started_with(10)))
+    assert never["healthy"] and never["judged"]["envelope"]["result"] == "off"
+    assert never["envelope"] == {}

@@ -99,6 +99,10 @@ def serve_args(cfg):
         "--max-num-batched-tokens", str(cfg["max_num_batched_tokens"]),
         "--kv-cache-dtype", cfg["kv_cache_dtype"],
     ]
+    # The pool a fit pinned (playbooks/fit.yml): vLLM then skips its memory profile, whose
+    # result moves with whatever else holds the card at start (0: vLLM sizes the pool).
+    if int(cfg.get("kv_cache_memory_bytes") or 0) > 0:
+        args += ["--kv-cache-memory-bytes", str(int(cfg["kv_cache_memory_bytes"]))]
     # Both ways spelled out: vLLM's V1 engine turns both on when neither flag is given.
     args.append("--enable-prefix-caching" if cfg.get("prefix_caching")
                 else "--no-enable-prefix-caching")

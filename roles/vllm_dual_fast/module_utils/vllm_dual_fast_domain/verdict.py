@@ -10,6 +10,7 @@ import json
 import posixpath
 import re
 
+from ansible.module_utils.vllm_dual_fast_domain.envelope import engine_start_facts
 from ansible.module_utils.vllm_dual_fast_domain.p2p import p2p_report
 
 # The report's shape (files/schemas/health-report.schema.json); readers refuse other versions.
@@ -35,6 +36,9 @@ ADVICE = {
     "race-check": "the GPU race check failed: keep the patch on, read the check's line above",
     "soak": "the engine failed under a sustained load: `docker logs vllm-dual-fast`",
     "long-prompt": "long prompts failed: apply the remedies the line names, cheapest first",
+    "envelope": "the engine's KV pool is smaller than the one the rig's envelope was measured "
+                "with (a new image, driver or model holds fewer sequences): run playbooks/fit.yml "
+                "on this rig again",
 }
 # A gate that could not see: what to do is to make it see, not to tune the release.
 CANNOT_JUDGE_ADVICE = {
@@ -49,6 +53,9 @@ CANNOT_JUDGE_ADVICE = {
                   "journald's ReadKMsg=yes) before a canary can pass",
 }
 CHECKS = tuple(ADVICE)
+# What a health report shows of the rig's envelope (envelope.fit_envelope's keys)
+ENVELOPE_REPORTED = ("max_num_seqs", "max_model_len", "max_num_batched_tokens",
+                     "kv_cache_memory_bytes", "kv_cache_tokens", "measured_at", "report")
 GATE_RESULTS = ("pass", "fail", "cannot-judge", "not-comparable", "warn", "off")
 OUTCOME_STATES = ("updated", "unchanged", "rolled-back", "failed")
 REASON_CHARS = 300
@@ -815,6 +822,11 @@ def health_report(evidence):
     kernel_result, kernel_lines = kernel_log_gate(kernel)
     if kernel_result == "cannot-judge" and gates_on:
         failures += [failure("kernel-xid", line, "cannot-judge") for line in kernel_lines]
+    pool = engine_start_facts("\n".join(log_lines or []))
+    envelope = settings.get("envelope") or {}
+    envelope_result, envelope_lines = envelope_gate(envelope, pool)
+    if envelope_result == "fail":
+        failures += [failure("envelope", line) for line in envelope_lines]
     version = _register(evidence, "vllm_version")
     window = kernel.get("window") or {}
     return {
@@ -835,7 +847,8 @@ def health_report(evidence):
         "healthy": not failures,
         "failures": failures,
         "judged": {**canary["judged"], "long_prompt": _judged(long_result, long_lines),
-                   "kernel_xid": _judged(kernel_result, kernel_lines)},
+                   "kernel_xid": _judged(kernel_result, kernel_lines),
+                   "envelope": _judged(envelope_result, envelope_lines)},
         "smoke": smoke,
         "speed_conditions": conditions,
         "health_wait_s": (smoke.get("health") or {}).get("waited_s"),
@@ -858,12 +871,36 @@ def health_report(evidence):
         "previous_speed": speed_baseline(health.get("baseline_report"),
                                          health.get("baseline_release"))[0],
         "upgrades": upgrades_state(evidence.get("upgrade_guard"), evidence.get("driver_holds")),
+        # What the engine said of its KV pool at a start this check saw (None: none seen), and
+        # the rig's envelope (playbooks/fit.yml; {}: not fitted).
+        "kv_pool": {key: pool.get(key) for key in ("kv_cache_tokens", "max_concurrency",
+                                                   "concurrency_for_tokens")},
+        "envelope": {key: envelope.get(key) for key in ENVELOPE_REPORTED if key in envelope},
         # The last P2P check (p2p_check.yml): its decision and arms, {} when none was kept.
         "p2p": p2p_report(evidence.get("p2p_check")),
         # The LAN bind over TLS: where, and the certificate clients pin (empty on loopback).
         "lan_bind": str(evidence.get("lan_bind") or ""),
         "tls_fingerprint_sha256": str(evidence.get("tls_fingerprint") or ""),
     }
+
+
+def envelope_gate(envelope, pool):
+    """The envelope gate: (result, lines). envelope: the rig's, as playbooks/fit.yml wrote it in
+    its host_vars ({} or none: not fitted, "off"); pool: engine_start_facts of this check's
+    engine log. "fail" when the engine started with a smaller KV pool than the envelope held
+    its sequences in; "not-comparable" when this check saw no start (an unchanged container)."""
+    measured = (envelope or {}).get("kv_cache_tokens")
+    if not measured:
+        return "off", []
+    tokens = (pool or {}).get("kv_cache_tokens")
+    if not tokens:
+        return "not-comparable", ["no engine start in this check's log: the KV pool was not "
+                                  "compared with the envelope's"]
+    if tokens < int(measured):
+        return "fail", [f"KV pool {tokens:,} tokens, under the {int(measured):,} the envelope "
+                        f"({envelope.get('max_num_seqs')} sequences) was measured with (fit report "
+                        f"{envelope.get('report')})"]
+    return "pass", []
 
 
 def upgrades_state(guard_stat, holds_slurp):

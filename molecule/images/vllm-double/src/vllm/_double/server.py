@@ -796,7 +796,8 @@ class Engine:
                 for entry in self.prefilling.values():
                     if total > entry["peak"]:
                         entry.update(peak=total, seqs=seqs)
-            self.write_gpu_memory(total - self.memory["budget_mib"] + self.idle_used_mib)
+                # written under the lock: the last change is the last written
+                self.write_gpu_memory(total - self.memory["budget_mib"] + self.idle_used_mib)
             if total > self.memory["card_mib"]:
                 self.oom(mib, total, seqs)
         alive = self.wait(plan["ttft"])
@@ -805,7 +806,7 @@ class Engine:
                 entry = self.prefilling.pop(key)
                 still = [e["tokens"] for e in self.prefilling.values()]
                 now = step_peak_mib(self.memory, still, self.in_flight)
-            self.write_gpu_memory(now - self.memory["budget_mib"] + self.idle_used_mib)
+                self.write_gpu_memory(now - self.memory["budget_mib"] + self.idle_used_mib)
             log(f"vllm-double: prefill peak {entry['peak']:.0f} MiB per card "
                 f"({plan['prefill_tokens']} prompt tokens to prefill, {entry['seqs']} "
                 "sequences in prefill)")
@@ -1325,6 +1326,7 @@ def kv_pool_lines(pool) -> list:
 
 MIB = 1 << 20
 CUDA_GRAPH_BYTES = 512 * MIB   # assumed: what the double's CUDA graphs take beside the pool
+REDUNDANCY_BYTES = 150 * MIB   # vLLM 0.27.1's redundancy_buffer_memory (gpu_worker.py)
 GPU_MEMORY_FILE = "vllm-double-gpu.json"   # in $HF_HOME: what the nvidia-smi double reads
 
 
@@ -1355,7 +1357,10 @@ def gpu_worker_lines(args, pool, memory) -> list:
     peak = memory["per_ktoken_mib"] * memory["max_num_batched_tokens"] / 1024 * MIB
     consumed = max(requested - available - peak - CUDA_GRAPH_BYTES, 0)
     non_kv = consumed + peak + CUDA_GRAPH_BYTES
-    to_fit, to_gpu = int(requested - non_kv), int(free - non_kv)
+    # vLLM leaves 150 MiB beside both suggestions ("the memory profiling may slightly
+    # underestimate"): a pool pinned to fit is that much smaller than the profiled one
+    to_fit = int(requested - non_kv - REDUNDANCY_BYTES)
+    to_gpu = int(free - non_kv - REDUNDANCY_BYTES)
     return [
         f"Available KV cache memory: {format_gib(available)} GiB",
         f"Free memory on device ({format_gib(free)}/{format_gib(memory['card_mib'] * MIB)} GiB) "

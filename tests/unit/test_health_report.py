@@ -651,3 +651,16 @@ def test_the_pool_the_envelope_was_measured_with_passes_and_no_envelope_is_off()
     never = report_of(evidence(engine_log=started_with(10)))
     assert never["healthy"] and never["judged"]["envelope"]["result"] == "off"
     assert never["envelope"] == {}
+
+
+def test_the_verdict_says_the_envelope_and_the_pool_this_start_got():
+    from vllm_double_fixtures import role_filter_file
+
+    summary = role_filter_file("vllm_dual_fast_summary")
+    settings = {**SETTINGS, "envelope": ENVELOPE}
+    report = report_of(evidence(settings=settings, engine_log=started_with(68395)))
+    said = [line for line in summary.verdict_lines(report) if "envelope:" in line]
+    assert said == ["  envelope: 3 sequences x 65,536 tokens, measured in a KV pool of 65,995 "
+                    "tokens (fit-rig-a-20261207T011437Z.json); this start's pool: 68,395 tokens"]
+    assert not [line for line in summary.verdict_lines(report_of(evidence()))
+                if "envelope:" in line]

@@ -75,6 +75,15 @@ def p2p_line(p2p):
         f" [{arms}]" if arms else "")
 
 
+def envelope_line(envelope, pool):
+    """The verdict's line of the rig's envelope (playbooks/fit.yml) and the pool this check saw."""
+    seen = (pool or {}).get("kv_cache_tokens")
+    return (f"envelope: {envelope.get('max_num_seqs')} sequences x "
+            f"{envelope.get('max_model_len') or 0:,} tokens, measured in a KV pool of "
+            f"{envelope.get('kv_cache_tokens') or 0:,} tokens ({envelope.get('report')}); "
+            + (f"this start's pool: {seen:,} tokens" if seen else "no start seen in this check"))
+
+
 def verdict_lines(report, report_path=""):
     """The verdict of one health report, first line first: healthy or not, the release, image,
     vLLM and FlashInfer, the patch, speed against the last good release, Xid lines, each failed
@@ -129,6 +138,9 @@ def verdict_lines(report, report_path=""):
     p2p = report.get("p2p") if isinstance(report.get("p2p"), dict) else {}
     if p2p:
         lines.append("  " + p2p_line(p2p))
+    envelope = report.get("envelope") if isinstance(report.get("envelope"), dict) else {}
+    if envelope:
+        lines.append("  " + envelope_line(envelope, report.get("kv_pool")))
     xid = report.get("kernel_xid_lines") or []
     if xid:
         lines.append(f"  kernel: {len(xid)} Xid line{'s' if len(xid) != 1 else ''}, first: "

@@ -5,9 +5,8 @@
 # run keeps about one core busy (the modules' Python on the rig, then Ansible on the controller,
 # in turn), so on two cores a second lane uses the other: lane "scenarios" runs the Molecule
 # scenarios, lane "pytest" runs pytest, then the scenarios named in VDF_AFTER_PYTEST (default
-# "fleet", so that both lanes take about as long: deploy, driver and existing took 28, 18 and 2
-# min here, pytest and fleet 24 and 24 with the fit's 7, docs/measurements.md). No two
-# scenarios share a rig, a package
+# "fleet existing", so that both lanes take about as long: deploy and driver took 38 and 26 min
+# in CI, pytest, fleet and existing 23, 34 and 4 here). No two scenarios share a rig, a package
 # cache or a port. VDF_LANES=1 runs everything in one lane, VDF_LANES=3 in three (below). Each lane's output is printed as it comes,
 # its lines marked [lint], [scenarios] or [pytest]; the logs are .ci/last-run.log (all) and
 # .ci/lane-<lane>.log.
@@ -73,7 +72,7 @@ leftovers() {  # what the tests left where a person's real files go: new reports
 if [ "${VDF_LANES:-2}" -ge 3 ]; then
   after_default="driver" own_default="fleet"
 else
-  after_default="fleet" own_default=""
+  after_default="fleet existing" own_default=""
 fi
 AFTER_PYTEST=() SCENARIOS=() OWN_LANE=() LANE_PIDS=()
 for scenario in "$@"; do

@@ -6,8 +6,11 @@ After /health answers 200 and one short warm-up request: --streams N streamed ch
 released together, stream i with a prompt of its own of about --prompt-tokens[i mod len] tokens
 (a nonce first, so no prefix is cached: cache-cold), each asked for --max-tokens tokens with
 vLLM's "ignore_eos". Around them: vLLM's vllm:num_preemptions_total (GET /metrics) before and
-after, and every card's memory (nvidia-smi --query-gpu=index,memory.used,memory.free,
-memory.total) after the warm-up, every --sample-s seconds while the streams run, and after.
+after; every --sample-s seconds while the streams run, vllm:num_requests_running and
+vllm:num_requests_waiting (the most of each seen: streams the pool cannot hold together wait,
+and vLLM does not count that as preemption); every card's memory (nvidia-smi
+--query-gpu=index,memory.used,memory.free,memory.total) after the warm-up, every --sample-s
+seconds while the streams run, and after.
 Then the long-context ladder: one prompt per rung, of --ladder fractions of --max-model-len
 tokens (less the answer's room), with a needle ("The secret number is N.", N random) in its
 middle and the question "What is the secret number? Reply with the number only." at its end;
@@ -15,7 +18,8 @@ the rung holds when the answer holds N. Last, /health must answer 200 again.
 
 Output (stdout, JSON): {"ok", "failures" (what did not complete: a stream's or rung's error, an
 unhealthy engine), "streams": {"requests", "ok", "wall_s", "total_completion_tokens",
-"aggregate_tokens_per_s", "ttft_s_max", "prompt_tokens", "samples"}, "preemptions":
+"aggregate_tokens_per_s", "ttft_s_max", "prompt_tokens", "samples", "running_peak",
+"waiting_peak" (null when /metrics did not say)}, "preemptions":
 {"before", "after", "delta"} (null values when /metrics did not say), "gpu": {"cards": [{"index",
 "total_mib", "used_after_warmup_mib", "used_after_mib", "min_free_mib"}], "samples",
 "unavailable"}, "ladder": [{"fraction", "tokens", "prompt_tokens", "ok", "recalled", "error",
@@ -82,12 +86,30 @@ def card_memory(nvidia_smi: str):
     return cards or None
 
 
-class MemoryWatch:
-    """Samples every card's memory in a thread until stopped: the least free seen per card."""
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 
-    def __init__(self, nvidia_smi: str, every_s: float):
-        self.nvidia_smi, self.every_s = nvidia_smi, every_s
+
+def gauges(endpoint: Endpoint) -> dict:
+    """vLLM's running and waiting gauges now, summed over their label sets ({} unread)."""
+    status, text, _error = endpoint.fetch_text("/metrics", timeout=5)
+    if status != 200 or text is None:
+        return {}
+    found = {}
+    for sample, _labels, value in parse_prometheus(text):
+        if sample in (RUNNING, WAITING):
+            found[sample] = found.get(sample, 0) + value
+    return found
+
+
+class LoadWatch:
+    """Samples in a thread until stopped: every card's memory (the least free seen per card) and
+    vLLM's running and waiting gauges (the most seen: a pool that cannot hold the streams
+    together leaves some waiting, which vLLM 0.27.1 does not count as preempted)."""
+
+    def __init__(self, nvidia_smi: str, endpoint: Endpoint, every_s: float):
+        self.nvidia_smi, self.endpoint, self.every_s = nvidia_smi, endpoint, every_s
         self.least_free, self.samples = {}, 0
+        self.running_peak = self.waiting_peak = None
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
@@ -97,6 +119,11 @@ class MemoryWatch:
             self.least_free[card["index"]] = min(card["free"],
                                                  self.least_free.get(card["index"], card["free"]))
         self.samples += bool(cards)    # samples read, not tried
+        now = gauges(self.endpoint)
+        if RUNNING in now:
+            self.running_peak = max(self.running_peak or 0, int(now[RUNNING]))
+        if WAITING in now:
+            self.waiting_peak = max(self.waiting_peak or 0, int(now[WAITING]))
 
     def run(self) -> None:
         while not self.done.is_set():
@@ -195,8 +222,9 @@ def run_fit_load(endpoint: Endpoint, model: str, args) -> tuple:
         failures.append(f"warm-up request: {warm['error']}")
     before = counter(endpoint, PREEMPTIONS)
     after_warmup = card_memory(args.nvidia_smi)
-    with MemoryWatch(args.nvidia_smi, args.sample_s) as watch:
+    with LoadWatch(args.nvidia_smi, endpoint, args.sample_s) as watch:
         streams = run_streams(endpoint, model, args.streams, args.prompt_tokens, args.max_tokens)
+    streams.update(running_peak=watch.running_peak, waiting_peak=watch.waiting_peak)
     after = counter(endpoint, PREEMPTIONS)
     gpu = gpu_figures(after_warmup, card_memory(args.nvidia_smi), watch.least_free,
                       watch.samples)
@@ -243,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-model-len", type=int, required=True)
     parser.add_argument("--ladder", type=fractions, default=[])
     parser.add_argument("--nvidia-smi", default="nvidia-smi")
-    parser.add_argument("--sample-s", type=float, default=0.25)
+    parser.add_argument("--sample-s", type=float, default=0.1)
     parser.add_argument("--health-timeout", type=float, default=600)
     parser.add_argument("--request-timeout", type=float, default=900)
     return parser

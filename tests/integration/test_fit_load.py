@@ -38,10 +38,11 @@ def load(capsys, server, smi, *args):
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_three_streams_hold_four_preempt_and_the_ladder_recalls(double, rig, capsys):
+def test_three_streams_run_together_a_fourth_waits_and_the_ladder_recalls(double, rig, capsys):
     env, smi = rig
-    # 3 x (1,000-token prompt + 16 answer) in blocks fit 3,300 tokens; a fourth does not
-    write_rig_knobs(env, kv_cache_tokens=3300, ttft_s=0.1, tokens_per_s=100)
+    # 3 x (1,000-token prompt + 16 answer) in blocks fit 3,300 tokens; a fourth does not. The
+    # answers take long enough (16 tokens at 50/s: 0.3 s) for the 0.05 s sampler to see them.
+    write_rig_knobs(env, kv_cache_tokens=3300, ttft_s=0.1, tokens_per_s=50)
     server = double(["--max-model-len", "2048"], env=env)
     common = ["--prompt-tokens", "1000", "--max-tokens", "16", "--max-model-len", "2048",
               "--ladder", "0.5,0.92"]
@@ -49,6 +50,7 @@ def test_three_streams_hold_four_preempt_and_the_ladder_recalls(double, rig, cap
     assert code == 0, three["failures"]
     assert three["streams"]["ok"] == 3 and three["streams"]["total_completion_tokens"] == 48
     assert three["preemptions"]["delta"] == 0
+    assert (three["streams"]["running_peak"], three["streams"]["waiting_peak"]) == (3, 0)
     assert [rung["recalled"] for rung in three["ladder"]] == [True, True]
     assert three["ladder"][1]["tokens"] == int(0.92 * 2048) - 64
     # the cards: 0.9 of 24,576 MiB held between steps (no prefill of 1,024 tokens or more)
@@ -57,7 +59,8 @@ def test_three_streams_hold_four_preempt_and_the_ladder_recalls(double, rig, cap
     assert [c["min_free_mib"] for c in cards] == [24576 - 22118 - 256] * 2
     code, four = load(capsys, server, smi, "--streams", "4", *common)
     assert code == 0    # every stream completed: the fourth waited its turn
-    assert four["preemptions"]["delta"] >= 1
+    assert (four["streams"]["running_peak"], four["streams"]["waiting_peak"]) == (3, 1)
+    assert four["preemptions"]["delta"] == 0    # waiting is not preemption, as on vLLM
 
 
 def test_a_long_prefill_shows_in_the_least_free_memory_seen(double, rig, capsys):
@@ -68,7 +71,9 @@ def test_a_long_prefill_shows_in_the_least_free_memory_seen(double, rig, capsys)
                         "--max-tokens", "8", "--max-model-len", "16384")
     assert code == 0, report["failures"]
     card = report["gpu"]["cards"][0]
-    assert card["min_free_mib"] < 24576 - 22118 - 256 < card["total_mib"]
+    # two 6,000-token prefills in one 8,192-token step peak at 23,872 MiB (the double's model,
+    # calibrated on the measured rig): under the fit's 1 GiB free, what docs/fit.md says of 8,192
+    assert card["min_free_mib"] < 1024 < 24576 - 22118 - 256 < card["total_mib"]
     assert card["used_after_mib"] == card["used_after_warmup_mib"]
 
 

@@ -99,6 +99,14 @@ def fit_candidate_verdict(candidate, start, load, kernel, bounds) -> dict:
     elif delta > 0:
         reasons.append(f"{delta:g} preemptions under {streams.get('requests')} streams: the KV "
                        "pool does not hold them together")
+    # vLLM leaves a request its pool cannot take waiting, and does not count that as preempted
+    running = streams.get("running_peak")
+    if running is None:
+        reasons.append("vllm:num_requests_running was not read: streams together unknown")
+    elif running < (streams.get("requests") or 0):
+        reasons.append(f"only {running} of {streams.get('requests')} streams ran together "
+                       f"({streams.get('waiting_peak')} waited): the KV pool does not hold them "
+                       "together")
     gpu = load.get("gpu") or {}
     if gpu.get("unavailable") or not gpu.get("cards"):
         reasons.append(f"no card's memory read ({gpu.get('unavailable') or 'no cards'})")

@@ -27,10 +27,11 @@ counters vllm:prompt_tokens_total (prompt tokens of every request whose prefill 
 cached ones included) and vllm:generation_tokens_total (tokens generated: a non-streamed answer
 when it is answered, a stream per delta), labels {engine="0",model_name="<first served name>"},
 each with its # HELP and # TYPE lines and vLLM's help text. Gauges vllm:num_requests_running
-(the requests in flight: the double schedules every request at once) and
-vllm:num_requests_waiting (0, for that reason), vllm:kv_cache_usage_perc (the in-flight
-requests' prompt and answer tokens, in 16-token blocks, over the rig knob "kv_cache_tokens",
-default 131072: assumed, not measured on the real cards), and the histogram
+(the requests in flight whose blocks the pool holds) and vllm:num_requests_waiting (those
+waiting for room: a request's prompt and answer tokens, in 16-token blocks, are taken from the
+pool when it starts and given back when it ends; the pool is --kv-cache-memory-bytes / 16 KiB,
+else the rig knob "kv_cache_tokens", default 131072: assumed, not measured on the real cards),
+vllm:kv_cache_usage_perc (the blocks taken over the pool), and the histogram
 vllm:time_to_first_token_seconds of every finished prefill's TTFT, with vLLM's buckets. With
 speculative decoding on (--speculative-config with num_speculative_tokens k >= 1) also
 vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total,
@@ -657,7 +658,6 @@ class Engine:
         self.kv_cache_tokens = (kv_cache_tokens if kv_cache_tokens
                                 else knobs.get("kv_cache_tokens", 131072.0))
         self.kv_tokens_in_use = 0
-        self.preemptions = 0
         self.waiting = 0
         # What the cards hold between steps (the engine's budget), and where nvidia-smi's
         # double reads it (gpu_memory_file; None: not written)
@@ -688,18 +688,18 @@ class Engine:
             log(f"WARNING cannot write {self.gpu_memory_file}: {exc}")
 
     def admit(self, kv_tokens: int) -> bool:
-        """Waits until the pool holds this request's blocks beside those in flight. A request
-        that had to wait was preempted once (assumed, after vLLM V1's RECOMPUTE preemption: the
-        scheduler takes the newest running request's blocks back when the others need them,
-        and its prefill runs again): counted in vllm:num_preemptions_total. False when the
-        engine died meanwhile."""
+        """Waits until the pool holds this request's blocks beside those in flight, counted in
+        vllm:num_requests_waiting meanwhile: what vLLM 0.27.1's V1 scheduler does with a request
+        whose blocks it cannot allocate (it stays waiting; it is not preempted: recorded on the
+        real CPU build, tests/integration/test_engine_contract.py). The double reserves a whole
+        request at admission, so it never grows into a full pool and never preempts. False when
+        the engine died meanwhile."""
         waited = False
         while True:
             with self.lock:
                 if (not self.kv_tokens_in_use
                         or self.kv_tokens_in_use + kv_tokens <= self.kv_cache_tokens):
                     self.kv_tokens_in_use += kv_tokens
-                    self.preemptions += waited
                     self.waiting -= waited
                     return True
                 if not waited:
@@ -1023,15 +1023,14 @@ class Engine:
         labels = f'engine="0",model_name="{prom_label(self.served_names[0])}"'
         with self.lock:
             prompt, generated = self.prompt_tokens_total, self.generation_tokens_total
-            preemptions = self.preemptions
         families = [
             ("vllm:prompt_tokens", "Number of prefill tokens processed.", [(labels, prompt)]),
             ("vllm:generation_tokens", "Number of generation tokens processed.",
              [(labels, generated)]),
-            # Requests that waited for the pool (Engine.admit); the real vLLM exports it from
-            # the start, and the alert rules and the fit read it.
+            # The double never preempts (Engine.admit); the real vLLM exports it from the start,
+            # and the alert rules and the fit read it.
             ("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-             [(labels, preemptions)]),
+             [(labels, 0)]),
         ]
         if self.spec_tokens >= 1 and self.spec_metrics != "dropped":
             counts = spec_counts(generated, self.spec_tokens, self.acceptance)

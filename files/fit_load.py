@@ -24,7 +24,7 @@ unhealthy engine), "streams": {"requests", "ok", "wall_s", "total_completion_tok
 "total_mib", "used_after_warmup_mib", "used_after_mib", "min_free_mib"}], "samples",
 "unavailable"}, "ladder": [{"fraction", "tokens", "prompt_tokens", "ok", "recalled", "error",
 "latency_s"}], "wall_s"}. Whether the candidate holds is not judged here: the role's domain
-library judges these figures (envelope.fit_candidate_verdict). Exit 0 when every request
+library judges these figures (fit.fit_candidate_verdict). Exit 0 when every request
 completed, 1 when one did not, 2 on bad arguments.
 """
 

@@ -316,7 +316,7 @@ def test_streams_a_pool_cannot_hold_together_wait_unpreempted_on_the_real_engine
     # preemption counter passed that candidate. The double with a pool of the same tokens leaves
     # streams waiting the same way, unpreempted (it runs three: its blocks are its own), and the
     # fit's verdict names it on both.
-    from ansible.module_utils.vllm_dual_fast_domain.envelope import fit_candidate_verdict
+    from ansible.module_utils.vllm_dual_fast_domain.fit import fit_candidate_verdict
 
     args, env, model, served, _ = serving
     small = with_flag(with_flag(args, "--kv-cache-memory-bytes", str(4 << 20)),

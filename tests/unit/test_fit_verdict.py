@@ -1,5 +1,5 @@
 """A fit candidate's verdict, the envelope kept and the fit report
-(module_utils/vllm_dual_fast_domain/envelope.py; files/schemas/fit-report.schema.json). The load
+(module_utils/vllm_dual_fast_domain/fit.py; files/schemas/fit-report.schema.json). The load
 reports are fit_load.py's shape (tests/integration/test_fit_load.py runs it on the double)."""
 
 import copy
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from ansible.module_utils.vllm_dual_fast_domain.envelope import (
+from ansible.module_utils.vllm_dual_fast_domain.fit import (
     fit_candidate_verdict,
     fit_candidates,
     fit_envelope,

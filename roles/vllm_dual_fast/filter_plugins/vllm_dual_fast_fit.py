@@ -1,6 +1,6 @@
-"""The fit's filters: what YAML uses of the domain library's envelope module
-(module_utils/vllm_dual_fast_domain/envelope.py: a start's pool, a candidate's verdict, the
-envelope kept and the fit report)."""
+"""The fit's filters: what YAML uses of the domain library's envelope module (envelope.py: what a
+start said of its pool) and fit module (fit.py: a candidate's verdict, the envelope kept, the
+rig's host_vars file and the fit report)."""
 
 import os
 
@@ -12,8 +12,8 @@ _UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__)
 if _UTILS not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(_UTILS)
 
-from ansible.module_utils.vllm_dual_fast_domain.envelope import (  # noqa: E402
-    engine_start_facts,
+from ansible.module_utils.vllm_dual_fast_domain.envelope import engine_start_facts  # noqa: E402
+from ansible.module_utils.vllm_dual_fast_domain.fit import (  # noqa: E402
     fit_candidate_verdict,
     fit_candidates,
     fit_envelope,

@@ -53,7 +53,7 @@ CANNOT_JUDGE_ADVICE = {
                   "journald's ReadKMsg=yes) before a canary can pass",
 }
 CHECKS = tuple(ADVICE)
-# What a health report shows of the rig's envelope (envelope.fit_envelope's keys)
+# What a health report shows of the rig's envelope (fit.fit_envelope's keys)
 ENVELOPE_REPORTED = ("max_num_seqs", "max_model_len", "max_num_batched_tokens",
                      "kv_cache_memory_bytes", "kv_cache_tokens", "measured_at", "report")
 GATE_RESULTS = ("pass", "fail", "cannot-judge", "not-comparable", "warn", "off")

@@ -77,6 +77,27 @@ def test_a_long_prefill_shows_in_the_least_free_memory_seen(double, rig, capsys)
     assert card["used_after_mib"] == card["used_after_warmup_mib"]
 
 
+def test_another_process_on_one_card_fails_the_memory_bound_on_that_card(double, rig,
+                                                                         capsys, tmp_path):
+    """Rigs differ: a desktop holding 1,500 MiB of GPU 0 leaves it under 1 GiB free beside the
+    engine's 0.90 (the verdict names GPU 0 only), where the other card keeps 2,202 MiB."""
+    from ansible.module_utils.vllm_dual_fast_domain.fit import fit_candidate_verdict
+
+    env, smi = rig
+    config = tmp_path / "smi.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "other_used_mib": "1500,0"}))
+    server = double(["--max-model-len", "4096"], env=env)
+    code, report = load(capsys, server, smi, "--streams", "1", "--prompt-tokens", "100",
+                        "--max-model-len", "4096")
+    assert code == 0, report["failures"]
+    assert [c["min_free_mib"] for c in report["gpu"]["cards"]] == [702, 2202]
+    verdict = fit_candidate_verdict(
+        {"max_num_seqs": 1, "max_model_len": 4096, "max_num_batched_tokens": 2048},
+        {"kv_cache_tokens": 131072}, report, {"lines": [], "readable": True},
+        {"min_free_mib": 1024})
+    assert verdict["reasons"] == ["GPU 0 kept 702 MiB free, under 1024 MiB"]
+
+
 def test_a_stream_that_fails_is_named_and_fails_the_run(double, rig, capsys, tmp_path):
     env, smi = rig
     env["VLLM_DOUBLE_FAULTS"] = "http-500@3"

@@ -119,6 +119,12 @@ def test_smi_memory_is_what_the_vllm_double_holds_on_the_cards(smi_env, tmp_path
     assert parse_csv(smi(smi_env, *query).stdout)[1] == ["1", "23872", "448", "24576"]
     used_file.write_text(json.dumps({"used_mib": 99999}))    # never more than the card has
     assert parse_csv(smi(smi_env, *query).stdout)[0][1:3] == ["24320", "0"]
+    # another process on GPU 0 (a desktop), as a real card shows it beside the engine
+    used_file.write_text(json.dumps({"used_mib": 22118}))
+    Path(smi_env["NVIDIA_SMI_DOUBLE_CONFIG"]).write_text(json.dumps(
+        {"memory_used_file": str(used_file), "other_used_mib": "900"}))
+    assert [row[1:3] for row in parse_csv(smi(smi_env, *query).stdout)] == [
+        ["23018", "1302"], ["22118", "2202"]]
 
 
 def test_smi_list_gpus(smi_env):
